@@ -1,0 +1,84 @@
+"""Entrypoint `python -m grpo_trainer --config FILE`: runs the job and maps every outcome to the exit-code contract."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+OFFLINE_SAFE_DEFAULTS = {"HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _default_threads() -> None:
+    """OMP_NUM_THREADS: torchrun sets 1 only when nproc > 1; otherwise share this machine's CPUs between local ranks."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    os.environ["OMP_NUM_THREADS"] = str(max(1, cpus // local))
+
+
+def _termination_message(line: str) -> None:
+    """Kubernetes shows /dev/termination-log in the pod status; the operator copies it into the job's condition."""
+    path = os.environ.get("GRPO_TERMINATION_LOG", "/dev/termination-log")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grpo_trainer", description=__doc__)
+    parser.add_argument("--config", required=True, help="the trainer config JSON (docs/trainer-config.md)")
+    ns = parser.parse_args(argv)
+    for key, value in OFFLINE_SAFE_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    _default_threads()
+
+    from .exitcodes import INTERNAL, TrainerError, classify
+
+    trainer = None
+    try:
+        from . import config, train
+
+        cfg = config.load(ns.config)
+        code, trainer = train.run(cfg)
+    except TrainerError as e:
+        return _fail(e)
+    except KeyboardInterrupt:
+        return _fail(TrainerError(130, "interrupted"))
+    except BaseException as e:  # noqa: BLE001 - every failure must end with a contract exit code
+        known = classify(e)
+        if known is not None:
+            return _fail(known)
+        traceback.print_exc()
+        return _fail(TrainerError(INTERNAL, f"unexpected {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+    from .teardown import finish
+
+    finish(trainer, code)  # never returns
+    return code  # pragma: no cover
+
+
+def _fail(err) -> int:
+    from .exitcodes import PERMANENT
+
+    line = err.line()
+    # Permanent errors are deterministic, so every rank hits the same one: print it once per node.
+    if err.code not in PERMANENT or os.environ.get("LOCAL_RANK", "0") == "0" or err.code == 1:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    _termination_message(line)
+    return err.code
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown after failures too: a half-initialised gloo group can hang in its destructor.
+    os._exit(code)

@@ -1,0 +1,192 @@
+"""Reads and validates the trainer config JSON (docs/trainer-config.md) and turns it into GRPOConfig kwargs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from typing import Any
+
+from .exitcodes import CONFIG, TrainerError
+
+SCHEMA_VERSION = 1
+VLLM_MODES = ("colocate", "server", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    config: str | None = None
+    split: str = "train"
+    prompt_column: str = "prompt"
+    answer_column: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardSpec:
+    name: str | None
+    function: str | None
+    weight: float = 1.0
+
+    @property
+    def label(self) -> str:
+        return self.name or self.function or "?"
+
+
+@dataclasses.dataclass(frozen=True)
+class VllmSpec:
+    mode: str = "none"
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.3
+    server_host: str | None = None
+    server_port: int = 8000
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    model: str
+    dataset: DatasetSpec
+    rewards: tuple[RewardSpec, ...]
+    training: dict[str, Any]
+    vllm: VllmSpec
+    output_dir: str
+    progress: bool = False
+    job_name: str = ""
+
+
+def _err(msg: str) -> TrainerError:
+    return TrainerError(CONFIG, msg)
+
+
+def _req(d: dict, key: str, where: str, types: type | tuple[type, ...]) -> Any:
+    if key not in d or d[key] is None:
+        raise _err(f"missing required key '{where}{key}' in the trainer config")
+    value = d[key]
+    allowed = types if isinstance(types, tuple) else (types,)
+    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+        raise _err(f"'{where}{key}' must be {_tname(types)}, got {type(value).__name__}")
+    return value
+
+
+def _opt(d: dict, key: str, where: str, types: type | tuple[type, ...], default: Any) -> Any:
+    if d.get(key) is None:
+        return default
+    return _req(d, key, where, types)
+
+
+def _tname(types: type | tuple[type, ...]) -> str:
+    types = types if isinstance(types, tuple) else (types,)
+    return " or ".join({"str": "a string", "dict": "an object", "list": "a list", "int": "an integer",
+                        "float": "a number", "bool": "a boolean"}.get(t.__name__, t.__name__) for t in types)
+
+
+def parse(doc: Any) -> TrainerConfig:
+    """Validate a decoded config document; raise TrainerError(CONFIG) with the offending key."""
+    if not isinstance(doc, dict):
+        raise _err("the trainer config must be a JSON object")
+    version = doc.get("schemaVersion", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise _err(f"schemaVersion {version!r} is not supported by this trainer image (it reads {SCHEMA_VERSION}); "
+                   "use a trainer image that matches the operator")
+    model = _req(doc, "model", "", str)
+    ds = _req(doc, "dataset", "", dict)
+    dataset = DatasetSpec(
+        name=_req(ds, "name", "dataset.", str),
+        config=_opt(ds, "config", "dataset.", str, None),
+        split=_opt(ds, "split", "dataset.", str, "train"),
+        prompt_column=_opt(ds, "promptColumn", "dataset.", str, "prompt"),
+        answer_column=_opt(ds, "answerColumn", "dataset.", str, None),
+    )
+    raw_rewards = _req(doc, "rewards", "", list)
+    if not raw_rewards:
+        raise _err("'rewards' is empty: give at least one reward (e.g. {\"name\": \"accuracy\"})")
+    rewards = []
+    for i, r in enumerate(raw_rewards):
+        where = f"rewards[{i}]."
+        if not isinstance(r, dict):
+            raise _err(f"'rewards[{i}]' must be an object")
+        name = _opt(r, "name", where, str, None)
+        function = _opt(r, "function", where, str, None)
+        if (name is None) == (function is None):
+            raise _err(f"'rewards[{i}]' must set exactly one of 'name' (a built-in) or 'function' (module:function)")
+        weight = _opt(r, "weight", where, (int, float), 1.0)
+        rewards.append(RewardSpec(name=name, function=function, weight=float(weight)))
+    training = _req(doc, "training", "", dict)
+    v = _opt(doc, "vllm", "", dict, {})
+    mode = _opt(v, "mode", "vllm.", str, "none")
+    if mode not in VLLM_MODES:
+        raise _err(f"'vllm.mode' is {mode!r}; use one of {', '.join(VLLM_MODES)}")
+    vllm = VllmSpec(
+        mode=mode,
+        tensor_parallel_size=_opt(v, "tensorParallelSize", "vllm.", int, 1),
+        gpu_memory_utilization=float(_opt(v, "gpuMemoryUtilization", "vllm.", (int, float), 0.3)),
+        server_host=_opt(v, "serverHost", "vllm.", str, None),
+        server_port=_opt(v, "serverPort", "vllm.", int, 8000),
+    )
+    if vllm.mode == "server" and not vllm.server_host:
+        raise _err("'vllm.serverHost' is required in server mode (the operator sets it to the vLLM server Service)")
+    output_dir = _req(doc, "outputDir", "", str)
+    progress = _opt(doc, "progress", "", dict, {})
+    job = _opt(doc, "job", "", dict, {})
+    return TrainerConfig(
+        model=model, dataset=dataset, rewards=tuple(rewards), training=dict(training), vllm=vllm,
+        output_dir=output_dir, progress=bool(progress.get("enabled", False)), job_name=str(job.get("name") or ""),
+    )
+
+
+def load(path: str) -> TrainerConfig:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise _err(f"cannot read the config file {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise _err(f"the config file {path} is not valid JSON: {e}") from None
+    return parse(doc)
+
+
+# Arguments the trainer sets itself; a user value for these would be silently overridden, so reject it.
+_OWNED = ("output_dir", "use_vllm", "vllm_mode", "vllm_tensor_parallel_size", "vllm_gpu_memory_utilization",
+          "vllm_server_host", "vllm_server_port", "reward_weights")
+
+
+def grpo_kwargs(cfg: TrainerConfig, *, cuda: bool, warn=lambda msg: print(msg, file=sys.stderr)) -> dict[str, Any]:
+    """The GRPOConfig keyword arguments: the user's `training` plus output/vLLM/device settings."""
+    from trl import GRPOConfig
+
+    fields = {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
+    unknown = sorted(k for k in cfg.training if k not in fields)
+    if unknown:
+        raise _err(f"unknown GRPOConfig argument(s) {', '.join(unknown)} in 'training' (TRL 1.16 names, snake_case)")
+    owned = sorted(k for k in cfg.training if k in _OWNED)
+    if owned:
+        raise _err(f"'training.{owned[0]}' is set by the trainer from the job spec; remove it "
+                   "(use spec.output, spec.vllm or the reward weights instead)")
+    kw: dict[str, Any] = dict(cfg.training)
+    kw["output_dir"] = cfg.output_dir
+    kw.setdefault("ddp_find_unused_parameters", False)
+    if cfg.progress:
+        kw.setdefault("disable_tqdm", True)  # the caller draws its own bar from the GRPO_PROGRESS lines
+    kw["reward_weights"] = [r.weight for r in cfg.rewards]
+    mode = cfg.vllm.mode
+    if mode != "none" and not cuda:
+        warn(f"grpo_trainer: warning: vllm.mode={mode} needs a GPU; generating with transformers on CPU instead")
+        mode = "none"
+    if mode == "none":
+        kw["use_vllm"] = False
+    else:
+        kw["use_vllm"] = True
+        kw["vllm_mode"] = mode
+        if mode == "colocate":
+            kw["vllm_tensor_parallel_size"] = cfg.vllm.tensor_parallel_size
+            kw["vllm_gpu_memory_utilization"] = cfg.vllm.gpu_memory_utilization
+        else:
+            kw["vllm_server_host"] = cfg.vllm.server_host
+            kw["vllm_server_port"] = cfg.vllm.server_port
+    if not cuda:
+        if kw.get("bf16") or kw.get("fp16"):
+            warn("grpo_trainer: warning: bf16/fp16 requested but no GPU is available; training in fp32 on CPU")
+        kw["use_cpu"] = True
+        kw["bf16"] = False
+        kw["fp16"] = False
+    return kw

@@ -1,0 +1,147 @@
+"""Reward functions: the built-ins (accuracy, format, length), custom `module:function` imports, and weights.
+
+Every reward follows TRL's calling convention: `f(prompts, completions, completion_ids, **columns) -> list[float|None]`.
+Completions are strings, or lists of chat messages for conversational datasets.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from fractions import Fraction
+from typing import Any, Callable
+
+from .exitcodes import REWARD, TrainerError
+
+
+def completion_text(completion: Any) -> str:
+    """The text of a completion: a string as is, a message list as the content of its messages."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return str(completion.get("content") or "")
+    if isinstance(completion, (list, tuple)):
+        return "\n".join(completion_text(m) for m in completion)
+    return str(completion)
+
+
+_NUMBER = r"-?\$?\s*\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?"
+_BOXED = re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
+_HASHES = re.compile(r"####\s*([^\n]+)")
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
+_NUMBER_RE = re.compile(_NUMBER)
+
+
+def parse_number(text: str) -> Fraction | None:
+    """The first number in `text` (commas, $ and simple fractions allowed), exactly as a Fraction."""
+    m = _NUMBER_RE.search(text)
+    if not m:
+        return None
+    s = m.group(0).replace(",", "").replace("$", "").replace(" ", "")
+    try:
+        if "/" in s:
+            num, den = s.split("/")
+            return Fraction(num) / Fraction(den) if Fraction(den) != 0 else None
+        return Fraction(s)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def extract_answer(text: str) -> Fraction | None:
+    """The final numeric answer: the last \\boxed{..}, else the last `#### n`, else <answer>, else the last number."""
+    for pattern in (_BOXED, _HASHES, _ANSWER_TAG):
+        found = pattern.findall(text)
+        if found:
+            value = parse_number(found[-1])
+            if value is not None:
+                return value
+    numbers = _NUMBER_RE.findall(text)
+    return parse_number(numbers[-1]) if numbers else None
+
+
+def accuracy(completions, answer=None, **kwargs) -> list[float | None]:
+    """1.0 when the completion's final number equals the reference answer's (GSM8K `#### n` or \\boxed{n}), else 0.0."""
+    if answer is None:
+        return [None] * len(completions)
+    out: list[float | None] = []
+    for completion, ref in zip(completions, answer):
+        gold = extract_answer(str(ref)) if ref is not None else None
+        if gold is None:
+            out.append(None)  # no usable reference: TRL ignores this sample for this reward
+            continue
+        pred = extract_answer(completion_text(completion))
+        out.append(1.0 if pred is not None and pred == gold else 0.0)
+    return out
+
+
+_FULL_FORMAT = re.compile(r"^\s*<(think|reasoning)>.*?</\1>\s*<answer>.*?</answer>\s*$", re.S)
+
+
+def format(completions, **kwargs) -> list[float]:  # noqa: A001 - the reward's public name
+    """1.0 for `<think>…</think><answer>…</answer>` (or <reasoning>), 0.5 for an <answer> tag alone, else 0.0."""
+    out = []
+    for completion in completions:
+        text = completion_text(completion)
+        out.append(1.0 if _FULL_FORMAT.match(text) else 0.5 if _ANSWER_TAG.search(text) else 0.0)
+    return out
+
+
+def make_length(max_completion_length: int) -> Callable[..., list[float]]:
+    """`length`: 1 - tokens/max_completion_length, a continuous reward in [0, 1] that favours concise answers."""
+    limit = max(1, int(max_completion_length))
+
+    def length(completions, completion_ids=None, **kwargs) -> list[float]:
+        if completion_ids is None:
+            sizes = [len(completion_text(c).split()) for c in completions]
+        else:
+            sizes = [len(ids) for ids in completion_ids]
+        return [max(0.0, 1.0 - n / limit) for n in sizes]
+
+    return length
+
+
+BUILTINS = ("accuracy", "format", "length")
+
+
+def import_function(path: str) -> Callable:
+    """Import `module:function` (the function may be dotted, e.g. `pkg.mod:Scorer.score`)."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise TrainerError(REWARD, f"reward function {path!r} is not of the form module:function "
+                                   "(e.g. my_rewards:score)")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise TrainerError(REWARD, f"reward function {path!r}: cannot import module {module_name!r} ({e}); "
+                                   "mount the file and put its directory on PYTHONPATH") from None
+    except Exception as e:  # noqa: BLE001 - any error while importing user code is the user's
+        raise TrainerError(REWARD, f"reward function {path!r}: importing {module_name!r} failed: "
+                                   f"{type(e).__name__}: {e}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise TrainerError(REWARD, f"reward function {path!r}: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TrainerError(REWARD, f"reward function {path!r} is not callable ({type(obj).__name__})")
+    return obj
+
+
+def build(specs, *, max_completion_length: int, answer_column: str | None) -> list[Callable]:
+    """The reward callables for TRL, in the order of the specs (their weights go to GRPOConfig.reward_weights)."""
+    funcs: list[Callable] = []
+    for spec in specs:
+        if spec.function is not None:
+            funcs.append(import_function(spec.function))
+        elif spec.name == "accuracy":
+            if answer_column is None:
+                raise TrainerError(REWARD, "reward 'accuracy' needs the reference answers: set "
+                                           "spec.dataset.answerColumn (e.g. answer)")
+            funcs.append(accuracy)
+        elif spec.name == "format":
+            funcs.append(format)
+        elif spec.name == "length":
+            funcs.append(make_length(max_completion_length))
+        else:
+            raise TrainerError(REWARD, f"unknown built-in reward {spec.name!r}; use one of {', '.join(BUILTINS)} "
+                                       "or a custom reward as function: module:function")
+    return funcs

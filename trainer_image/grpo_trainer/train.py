@@ -1,0 +1,107 @@
+"""Runs one GRPO job from a TrainerConfig: validate everything cheap first, then build TRL's trainer and train."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from . import data, resume, rewards
+from .config import TrainerConfig, grpo_kwargs
+from .exitcodes import BATCH, CHECKPOINT, CONFIG, PREEMPTED, TrainerError, is_trl_batch_error
+from .progress import RESULT_PREFIX, ProgressCallback, emit
+
+
+def log(msg: str) -> None:
+    if int(os.environ.get("RANK", "0")) == 0:
+        sys.stderr.write(f"grpo_trainer: {msg}\n")
+        sys.stderr.flush()
+
+
+def build_args(kwargs: dict):
+    """GRPOConfig for this job; TRL's batch ValueError becomes exit 13 with TRL's own message."""
+    from trl import GRPOConfig
+
+    try:
+        return GRPOConfig(**kwargs)
+    except (ValueError, ZeroDivisionError) as e:
+        if is_trl_batch_error(e):
+            raise TrainerError(BATCH, f"TRL rejected the batch sizes at world size {_world_size()}: {e}") from None
+        raise TrainerError(CONFIG, f"invalid training arguments: {e}") from None
+    except TypeError as e:
+        raise TrainerError(CONFIG, f"invalid training arguments: {e}") from None
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def run(cfg: TrainerConfig) -> tuple[int, object]:
+    """Train; return (exit code, trainer). Raises TrainerError for permanent errors found before training."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    # 1. Cheap checks first, before any model is loaded: argument names, rewards import, tokenizer, dataset columns.
+    kwargs = grpo_kwargs(cfg, cuda=cuda)
+    from trl import GRPOConfig
+
+    max_len = int(kwargs.get("max_completion_length") or GRPOConfig.max_completion_length or 512)
+    reward_funcs = rewards.build(cfg.rewards, max_completion_length=max_len,
+                                 answer_column=cfg.dataset.answer_column)
+    tokenizer = data.load_tokenizer(cfg.model)
+    raw = data.load_dataset(cfg.dataset)
+    train_dataset = data.prepare_dataset(raw, cfg.dataset, chat=data.has_chat_template(tokenizer))
+    # 2. GRPOConfig: runs TRL's batch check with the real world size (and initialises the process group).
+    args = build_args(kwargs)
+    # 3. The model, the trainer, and the checkpoint to resume from.
+    model = data.load_model(cfg.model, dtype=torch.bfloat16 if args.bf16 else None)
+    from trl import GRPOTrainer
+
+    from .preemption import PreemptionCallback
+
+    preemption = PreemptionCallback()
+    callbacks = [preemption]
+    progress = ProgressCallback() if cfg.progress else None
+    if progress is not None:
+        callbacks.append(progress)
+    try:
+        trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
+                              processing_class=tokenizer, callbacks=callbacks)
+    except (ValueError, ZeroDivisionError) as e:
+        if is_trl_batch_error(e):
+            raise TrainerError(BATCH, f"TRL rejected the batch sizes at world size {_world_size()}: {e}") from None
+        raise
+    del model
+    checkpoint = resume.latest_checkpoint(cfg.output_dir)
+    if checkpoint:
+        log(f"resuming from {checkpoint}")
+    started = time.monotonic()
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    except (FileNotFoundError, KeyError, RuntimeError) as e:
+        if checkpoint and time.monotonic() - started < 600 and trainer.state.global_step <= _step_of(checkpoint) \
+                and "checkpoint" in str(e).lower():
+            raise TrainerError(CHECKPOINT, f"cannot resume from {checkpoint}: {str(e).splitlines()[0]}; "
+                                           "delete that checkpoint directory to resume from an earlier one") from None
+        raise
+    if preemption.stopped:
+        log(f"SIGTERM: stopped at step {trainer.state.global_step}"
+            + (", checkpoint saved" if trainer.state.global_step > 0 else "") + "; exiting 143 (retryable)")
+        return PREEMPTED, trainer
+    trainer.save_model(cfg.output_dir)
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(cfg.output_dir)
+        if cfg.progress:
+            last = progress.last if progress is not None else {}
+            emit(RESULT_PREFIX, {"step": trainer.state.global_step, "maxSteps": trainer.state.max_steps,
+                                 "reward": last.get("reward"), "outputDir": cfg.output_dir,
+                                 "checkpoint": resume.latest_checkpoint(cfg.output_dir),
+                                 "resumedFrom": checkpoint})
+    return 0, trainer
+
+
+def _step_of(checkpoint: str) -> int:
+    try:
+        return int(os.path.basename(checkpoint).split("-")[-1])
+    except ValueError:
+        return 0
