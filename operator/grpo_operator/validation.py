@@ -40,19 +40,6 @@ class ValidationResult:
         return "; ".join(f"{e.field}: {e.message}" for e in self.errors)
 
 
-def _all_field_names(model: type[BaseModel], seen: set[type] | None = None) -> set[str]:
-    seen = seen or set()
-    if model in seen:
-        return set()
-    seen.add(model)
-    names: set[str] = set()
-    for name, info in model.model_fields.items():
-        names.add(info.alias or name)
-        for t in _sub_models(info.annotation):
-            names |= _all_field_names(t, seen)
-    return names
-
-
 def _sub_models(tp: Any) -> list[type[BaseModel]]:
     import typing
 
@@ -64,7 +51,19 @@ def _sub_models(tp: Any) -> list[type[BaseModel]]:
     return out
 
 
-_SPEC_FIELDS = sorted(n for n in _all_field_names(api.GRPOJobSpec) if n not in trl_fields.by_camel())
+def _siblings(parent_loc: tuple) -> list[str]:
+    """Field names of the model at parent_loc (for 'did you mean')."""
+    model: Any = api.GRPOJobSpec
+    for part in parent_loc:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part) if model else None
+        subs = _sub_models(info.annotation) if info else []
+        model = subs[0] if subs else None
+        if model is None:
+            return []
+    return [info.alias or name for name, info in model.model_fields.items()] if model else []
+
 _UNION_TAGS = re.compile(r"^(int|str|float|bool|none|literal\[.*\]|list\[.*\]|dict\[.*\]|function-.*|constrained-.*|[a-z_]+\[.*\])$")
 
 
@@ -107,7 +106,7 @@ def _pydantic_errors(exc: ValidationError, prefix: str = "spec") -> list[FieldEr
             msg = "required field is missing"
         elif kind == "extra_forbidden":
             name = str(loc[-1]) if loc else "?"
-            hint = difflib.get_close_matches(name, _SPEC_FIELDS, n=1, cutoff=0.6)
+            hint = difflib.get_close_matches(name, _siblings(loc[:-1]), n=1, cutoff=0.6)
             msg = f"unknown field '{name}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
         elif kind == "string_pattern_mismatch":
             msg = f"{_PATTERN_TEXT.get(err.get('ctx', {}).get('pattern'), 'has an invalid format')} (got {_short(err.get('input'))})"
