@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import types
+import typing
 from typing import Any
 
 from .exitcodes import CONFIG, TrainerError
@@ -150,6 +152,31 @@ _OWNED = ("output_dir", "use_vllm", "vllm_mode", "vllm_tensor_parallel_size", "v
           "vllm_server_host", "vllm_server_port", "reward_weights")
 
 
+_SIMPLE = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+def _type_mismatch(value: Any, annotation: Any) -> str | None:
+    """None if `value` fits a simple annotation (bool/int/float/str, unions, Optional); else what was expected.
+
+    Only scalar annotations are checked; anything richer (dicts, enums accept strings, lists) is left to TRL."""
+    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    if value is None:
+        return None if type(None) in options or None in options else "set (not null)"
+    if any(o not in _SIMPLE and o is not type(None) for o in options):
+        return None  # a richer type somewhere in the union: TRL validates it
+    for o in options:
+        if o is bool and isinstance(value, bool):
+            return None
+        if o is int and isinstance(value, int) and not isinstance(value, bool):
+            return None
+        if o is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return None
+        if o is str and isinstance(value, str):
+            return None
+    return " or ".join(_SIMPLE[o] for o in options if o in _SIMPLE)
+
+
 def grpo_kwargs(cfg: TrainerConfig, *, cuda: bool, warn=lambda msg: print(msg, file=sys.stderr)) -> dict[str, Any]:
     """The GRPOConfig keyword arguments: the user's `training` plus output/vLLM/device settings."""
     from trl import GRPOConfig
@@ -158,6 +185,11 @@ def grpo_kwargs(cfg: TrainerConfig, *, cuda: bool, warn=lambda msg: print(msg, f
     unknown = sorted(k for k in cfg.training if k not in fields)
     if unknown:
         raise _err(f"unknown GRPOConfig argument(s) {', '.join(unknown)} in 'training' (TRL 1.16 names, snake_case)")
+    hints = typing.get_type_hints(GRPOConfig)
+    for key, value in cfg.training.items():
+        expected = _type_mismatch(value, hints.get(key))
+        if expected:
+            raise _err(f"'training.{key}' must be {expected}, got {type(value).__name__} {value!r}")
     owned = sorted(k for k in cfg.training if k in _OWNED)
     if owned:
         raise _err(f"'training.{owned[0]}' is set by the trainer from the job spec; remove it "
