@@ -1,0 +1,467 @@
+"""kopf handlers: I/O only. Every decision is lifecycle.decide().
+
+How pods are followed (and why):
+  * one kopf *index* over pods labelled grpo.dev/job-name (a label-selected watch), keyed by
+    (namespace, job name) and holding compact lifecycle.PodInfo summaries. kopf runs no handler before
+    every index is fully listed, so a freshly started operator never mistakes "not listed yet" for
+    "deleted": no spurious gang restarts after an operator restart.
+  * kopf.on.event for pods and for grpojobs only *kick* a per-job reconciler; event handlers keep no
+    state in the objects (no kopf annotations, no finalizers: zero extra writes per job).
+  * the reconciler is one coalescing asyncio task per job: at most one reconcile of a job runs at a time,
+    kicks arriving meanwhile fold into one more pass. It reads the cached job + the pod index, calls
+    lifecycle.decide(), then writes: status first (a merge patch on the status subresource, only when it
+    differs), then Events, deletions, creations. Timers (backoff, deadline, TTL) and a periodic resync of
+    every job re-kick it, so status converges even when a write or an event was lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import os
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import kopf
+
+from . import api, kube, lifecycle, manifests, validation
+
+log = logging.getLogger("grpo_operator")
+
+Key = tuple[str, str]  # (namespace, job name)
+
+
+@dataclass
+class Config:
+    namespaces: list[str] = field(default_factory=list)
+    all_namespaces: bool = False
+    image: str = manifests.DEFAULT_TRAINER_IMAGE
+    resync_seconds: float = 60.0
+    policy: lifecycle.Policy = field(default_factory=lifecycle.Policy)
+    webhook_listen: Optional[str] = None
+    webhook_host: Optional[str] = None
+    webhook_manage: bool = False
+    webhook_cert_dir: Optional[str] = None
+    webhook_config_name: str = "grpo-operator.grpo.dev"
+    liveness: Optional[str] = None
+    json_logs: bool = False
+    log_level: str = "INFO"
+    scanning: bool = True
+    max_concurrent_writes: int = 64
+    controller: bool = True  # False: webhook only
+
+    @classmethod
+    def from_env(cls, env: Optional[dict[str, str]] = None) -> "Config":
+        e = os.environ if env is None else env
+        ns = [n.strip() for n in e.get("GRPO_NAMESPACES", "").replace(",", " ").split() if n.strip()]
+        return cls(
+            namespaces=ns,
+            all_namespaces=e.get("GRPO_ALL_NAMESPACES", "") in ("1", "true", "yes"),
+            image=e.get("GRPO_TRAINER_IMAGE") or manifests.DEFAULT_TRAINER_IMAGE,
+            resync_seconds=float(e.get("GRPO_RESYNC_SECONDS", "60")),
+            policy=lifecycle.Policy(backoff_base=float(e.get("GRPO_BACKOFF_BASE_SECONDS", "10")),
+                                    backoff_cap=float(e.get("GRPO_BACKOFF_CAP_SECONDS", "300"))),
+            webhook_listen=e.get("GRPO_WEBHOOK_LISTEN") or None,
+            webhook_host=e.get("GRPO_WEBHOOK_HOST") or None,
+            webhook_manage=e.get("GRPO_WEBHOOK_MANAGE", "") in ("1", "true", "yes"),
+            webhook_cert_dir=e.get("GRPO_WEBHOOK_CERT_DIR") or None,
+            webhook_config_name=e.get("GRPO_WEBHOOK_CONFIG_NAME", "grpo-operator.grpo.dev"),
+            liveness=e.get("GRPO_LIVENESS") or None,
+            json_logs=e.get("GRPO_LOG_FORMAT", "") == "json",
+            log_level=e.get("GRPO_LOG_LEVEL", "INFO"),
+            scanning=e.get("GRPO_SCANNING", "1") not in ("0", "false", "no"),
+            max_concurrent_writes=int(e.get("GRPO_MAX_CONCURRENT_WRITES", "64")),
+        )
+
+
+def _rv(body: Any) -> Optional[int]:
+    try:
+        return int((body.get("metadata") or {}).get("resourceVersion"))
+    except (TypeError, ValueError):
+        return None
+
+
+def job_key_of_pod(meta: Any) -> Optional[str]:
+    ann = meta.get("annotations") or {}
+    name = ann.get(manifests.ANNOTATION_JOB)
+    if name:
+        return name
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == api.KIND:
+            return ref.get("name")
+    return (meta.get("labels") or {}).get(manifests.LABEL_JOB)
+
+
+class Controller:
+    """Per-operator state: the job cache, the pod index, expectations and the reconcile tasks."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.kube: Optional[kube.Kube] = None
+        self.jobs: dict[Key, dict[str, Any]] = {}
+        self.pods_index: Any = None  # kopf.Index: Key -> Store[PodInfo]
+        self._vcache: dict[Key, tuple[Any, validation.ValidationResult]] = {}
+        self._expect_create: dict[Key, dict[str, tuple[int, float]]] = {}
+        self._expect_delete: dict[tuple[str, str], float] = {}
+        self._foreign: dict[Key, dict[str, tuple[lifecycle.PodInfo, float]]] = {}
+        self._tasks: dict[Key, asyncio.Task[None]] = {}
+        self._dirty: set[Key] = set()
+        self._timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}
+        self._errors: dict[Key, int] = {}
+        self._sem: Optional[asyncio.Semaphore] = None
+        self._resync_task: Optional[asyncio.Task[None]] = None
+        self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0, "errors": 0}
+
+    # ------------------------------------------------------------------ scheduling
+    def kick(self, key: Key) -> None:
+        task = self._tasks.get(key)
+        if task is not None and not task.done():
+            self._dirty.add(key)
+            return
+        self._dirty.discard(key)
+        self._tasks[key] = asyncio.get_running_loop().create_task(self._run(key), name=f"reconcile {key[0]}/{key[1]}")
+
+    def kick_later(self, key: Key, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay
+        old = self._timers.get(key)
+        if old is not None and old[0] <= due and not old[1].cancelled():
+            return
+        if old is not None:
+            old[1].cancel()
+        self._timers[key] = (due, loop.call_at(due, self._timer_fired, key))
+
+    def _timer_fired(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        self.kick(key)
+
+    def forget(self, key: Key) -> None:
+        self.jobs.pop(key, None)
+        self._vcache.pop(key, None)
+        self._expect_create.pop(key, None)
+        self._foreign.pop(key, None)
+        self._errors.pop(key, None)
+        t = self._timers.pop(key, None)
+        if t is not None:
+            t[1].cancel()
+
+    async def _run(self, key: Key) -> None:
+        while True:
+            self._dirty.discard(key)
+            try:
+                await self.reconcile(key)
+                self._errors.pop(key, None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 — level-triggered: retry the whole pass later
+                n = self._errors[key] = self._errors.get(key, 0) + 1
+                self.stats["errors"] += 1
+                delay = min(0.2 * 2 ** min(n, 8), 30.0) * (0.75 + random.random() / 2)
+                log.warning("reconcile %s/%s failed (%s: %s); retrying in %.1fs", key[0], key[1],
+                            type(exc).__name__, exc, delay)
+                self.kick_later(key, delay)
+            if key not in self._dirty:
+                return
+
+    async def resync_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.resync_seconds)
+            for key in list(self.jobs):
+                self.kick(key)
+
+    def ensure_background(self) -> None:
+        if self._resync_task is None or self._resync_task.done():
+            self._resync_task = asyncio.get_running_loop().create_task(self.resync_forever(), name="resync")
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.config.max_concurrent_writes)
+
+    # ------------------------------------------------------------------ cache
+    def observe_job(self, body: dict[str, Any]) -> Key:
+        meta = body.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        old = self.jobs.get(key)
+        if old is not None and (old.get("metadata") or {}).get("uid") == meta.get("uid"):
+            a, b = _rv(old), _rv(body)
+            if a is not None and b is not None and b < a:
+                return key  # an older event than what we already hold (our own write's response)
+        self.jobs[key] = body
+        return key
+
+    def _validate(self, key: Key, body: dict[str, Any]) -> validation.ValidationResult:
+        meta = body.get("metadata") or {}
+        sig = (meta.get("uid"), meta.get("generation"), repr(sorted((meta.get("labels") or {}).items())))
+        hit = self._vcache.get(key)
+        if hit is not None and hit[0] == sig:
+            return hit[1]
+        doc = {k: body.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
+        doc["metadata"] = {k: v for k, v in meta.items() if k in ("name", "namespace", "labels", "annotations", "uid")}
+        res = validation.validate(doc)
+        self._vcache[key] = (sig, res)
+        return res
+
+    def observed_pods(self, key: Key, job_uid: str) -> list[lifecycle.PodInfo]:
+        pods: list[lifecycle.PodInfo] = []
+        if self.pods_index is not None and key in self.pods_index:
+            pods = list(self.pods_index[key])
+        now = time.monotonic()
+        seen = {p.name: p for p in pods}
+        expected = self._expect_create.get(key, {})
+        for name, (attempt, t) in list(expected.items()):
+            p = seen.get(name)
+            if (p is not None and p.attempt >= attempt) or now - t > self.config.policy.expectation_ttl:
+                del expected[name]
+            elif p is None:
+                n = manifests.names(key[1])
+                role = lifecycle.ROLE_VLLM if name == n.vllm_pod(0) else lifecycle.ROLE_TRAINER
+                pods.append(lifecycle.PodInfo(name=name, attempt=attempt, owner_uid=job_uid, role=role, synthetic=True))
+        for name, (info, t) in list(self._foreign.get(key, {}).items()):
+            if now - t > 60 or name in seen:
+                del self._foreign[key][name]
+            else:
+                pods.append(info)
+        return pods
+
+    # ------------------------------------------------------------------ reconcile
+    async def reconcile(self, key: Key) -> None:
+        body = self.jobs.get(key)
+        if body is None or self.kube is None:
+            return
+        self.stats["reconciles"] += 1
+        ns, name = key
+        meta = body.get("metadata") or {}
+        uid = meta.get("uid", "")
+        res = self._validate(key, body)
+        view = lifecycle.JobView.from_body(body, res)
+        pods = self.observed_pods(key, uid)
+        dec = lifecycle.decide(view, pods, lifecycle.now_utc(), self.config.policy)
+        k = self.kube
+
+        # 1. status first: later steps (deleting pods for a restart) must never run on an unrecorded decision
+        if dec.status is not None:
+            patch = lifecycle.status_patch(lifecycle._clean(view.status), dec.status)
+            if patch:
+                try:
+                    async with self._sem_ctx():
+                        resp = await k.patch_status("GRPOJob", ns, name, patch)
+                except kube.NotFound:
+                    self.forget(key)
+                    return
+                self.stats["status_writes"] += 1
+                if isinstance(resp, dict) and (resp.get("metadata") or {}).get("uid") == uid:
+                    self.observe_job(resp)
+        # 2. events (best effort)
+        for ev in dec.events:
+            asyncio.get_running_loop().create_task(self._post_event(body, ev))
+        # 3. deletions
+        if dec.delete_job:
+            await k.delete("GRPOJob", ns, name, propagation="Background", uid=uid)
+            return
+        uids = {p.name: p.uid for p in pods}
+        now = time.monotonic()
+        dels = []
+        for pod in dec.delete_pods:
+            dk = (ns, pod)
+            if now - self._expect_delete.get(dk, -1e9) < 5.0:
+                continue
+            self._expect_delete[dk] = now
+            dels.append(self._delete_pod(ns, pod, uids.get(pod)))
+        if dels:
+            await asyncio.gather(*dels)
+        # 4. creations
+        if dec.create_pods and dec.create_attempt is not None:
+            await self._create(key, body, res, dec.create_attempt, dec.create_pods)
+        if dec.requeue_after is not None:
+            self.kick_later(key, dec.requeue_after + 0.05)
+        if len(self._expect_delete) > 10000:
+            cutoff = now - 60
+            self._expect_delete = {k2: t for k2, t in self._expect_delete.items() if t > cutoff}
+
+    class _NullCtx:
+        async def __aenter__(self) -> None:
+            return None
+
+        async def __aexit__(self, *a: Any) -> None:
+            return None
+
+    def _sem_ctx(self) -> Any:
+        return self._sem if self._sem is not None else Controller._NullCtx()
+
+    async def _delete_pod(self, ns: str, name: str, uid: Optional[str]) -> None:
+        assert self.kube is not None
+        try:
+            async with self._sem_ctx():
+                await self.kube.delete("Pod", ns, name, uid=uid)
+            self.stats["deletes"] += 1
+        except kube.Conflict:  # uid precondition failed: a newer pod of that name; leave it
+            pass
+
+    async def _create(self, key: Key, body: dict[str, Any], res: validation.ValidationResult, attempt: int,
+                      pod_names: list[str]) -> None:
+        assert self.kube is not None and res.job is not None and res.topology is not None
+        ns, name = key
+        uid = (body.get("metadata") or {}).get("uid", "")
+        objs = manifests.render(res.job, res.topology, ns, uid=uid, image=self.config.image, attempt=attempt)
+        wanted = set(pod_names)
+        support = [o for o in objs if o["kind"] != "Pod"]
+        pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["name"] in wanted]
+        results = await asyncio.gather(*(self._create_one(key, uid, o) for o in support))
+        if not all(results):
+            return  # a ConfigMap/Service of ours is owned by something else: pods would use the wrong one
+        exp = self._expect_create.setdefault(key, {})
+        t = time.monotonic()
+        for p in pods:
+            exp[p["metadata"]["name"]] = (attempt, t)
+        await asyncio.gather(*(self._create_one(key, uid, o) for o in pods))
+
+    async def _create_one(self, key: Key, uid: str, obj: dict[str, Any]) -> bool:
+        assert self.kube is not None
+        kind, ns, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        try:
+            async with self._sem_ctx():
+                await self.kube.create(obj)
+            self.stats["creates"] += 1
+            return True
+        except kube.Conflict:
+            pass  # AlreadyExists (or our own ambiguous earlier write): ours is success
+        try:
+            async with self._sem_ctx():
+                existing = await self.kube.get(kind, ns, name)
+        except kube.NotFound:
+            self.kick_later(key, 0.5)  # it was being deleted; try again
+            return False
+        emeta = existing.get("metadata") or {}
+        owners = [r for r in emeta.get("ownerReferences") or [] if r.get("controller")]
+        if owners and owners[0].get("uid") == uid:
+            return True
+        if owners and owners[0].get("kind") == api.KIND and kind == "Pod":
+            return True  # an older job of the same name: the lifecycle deletes it through the index
+        info = lifecycle.PodInfo(name=f"{kind.lower()}/{name}", owner_uid=(owners[0].get("uid") if owners else None),
+                                 owner_kind=(owners[0].get("kind") if owners else None))
+        self._foreign.setdefault(key, {})[name] = (info, time.monotonic())
+        log.warning("%s %s/%s exists and is not owned by GRPOJob %s", kind, ns, name, key[1])
+        self.kick_later(key, 0.2)
+        return False
+
+    async def _post_event(self, body: dict[str, Any], ev: lifecycle.JobEvent) -> None:
+        if self.kube is None:
+            return
+        meta = body.get("metadata") or {}
+        now = lifecycle.fmt_time(lifecycle.now_utc())
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta.get('name')}.{uuid.uuid4().hex[:16]}", "namespace": meta.get("namespace")},
+            "involvedObject": {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": meta.get("name"),
+                               "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                               "resourceVersion": meta.get("resourceVersion")},
+            "reason": ev.reason, "message": ev.message[:1024], "type": ev.type,
+            "source": {"component": "grpo-operator"}, "reportingComponent": "grpo-operator",
+            "reportingInstance": os.environ.get("HOSTNAME", "grpo-operator"),
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            async with self._sem_ctx():
+                await self.kube.post_event(meta.get("namespace", "default"), event)
+        except Exception as exc:  # noqa: BLE001 — events are best effort
+            log.debug("event %s for %s not posted: %s", ev.reason, meta.get("name"), exc)
+        log.info("%s/%s: %s %s: %s", meta.get("namespace"), meta.get("name"), ev.type, ev.reason, ev.message)
+
+
+async def _login(**kwargs: Any) -> Any:
+    info = None
+    try:
+        info = kopf.login_with_service_account(**kwargs)
+    except Exception:  # noqa: BLE001
+        info = None
+    if info is None:
+        info = kopf.login_with_kubeconfig(**kwargs)
+    return info
+
+
+def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
+    """Register the controller's handlers (and the login) on a fresh registry."""
+    cfg = controller.config
+
+    @kopf.on.login(registry=registry)
+    async def login(**kwargs: Any) -> Any:
+        info = await _login(**kwargs)
+        if info is not None:
+            if controller.kube is not None:
+                await controller.kube.close()
+            controller.kube = kube.Kube(info, relogin=lambda: _login(logger=log))
+        return info
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        if controller._resync_task is not None:
+            controller._resync_task.cancel()
+        for t in list(controller._tasks.values()):
+            t.cancel()
+        if controller.kube is not None:
+            await controller.kube.close()
+
+    if not cfg.controller:
+        return
+    selector = {manifests.LABEL_JOB: kopf.PRESENT}
+
+    @kopf.index("v1", "pods", labels=selector, id="grpo_pods", registry=registry)
+    def grpo_pods(meta: Any, body: Any, namespace: Optional[str], **_: Any) -> Any:
+        job = job_key_of_pod(meta)
+        if not job:
+            return None
+        return {(namespace or "", job): lifecycle.summarize_pod(body)}
+
+    @kopf.on.event("v1", "pods", labels=selector, registry=registry)
+    async def pod_event(meta: Any, namespace: Optional[str], grpo_pods: Any, **_: Any) -> None:
+        controller.pods_index = grpo_pods
+        controller.ensure_background()
+        job = job_key_of_pod(meta)
+        if job:
+            key = (namespace or "", job)
+            if key in controller.jobs:
+                controller.kick(key)
+
+    @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
+    async def job_event(event: Any, body: Any, grpo_pods: Any, **_: Any) -> None:
+        controller.pods_index = grpo_pods
+        controller.ensure_background()
+        raw = copy.deepcopy(dict(body))
+        meta = raw.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if event.get("type") == "DELETED":
+            controller.forget(key)
+            return
+        controller.observe_job(raw)
+        controller.kick(key)
+
+
+def settings_for(cfg: Config) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.scanning.disabled = not cfg.scanning
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+    settings.batching.batch_window = 0.02
+    settings.persistence.finalizer = "grpo.dev/finalizer"  # only used if a handler ever needs one (none does)
+    if cfg.webhook_listen:
+        from . import webhook
+
+        settings.admission.server = webhook.server(cfg.webhook_listen, cfg.webhook_host, cfg.webhook_cert_dir)
+        if cfg.webhook_manage:
+            settings.admission.managed = cfg.webhook_config_name
+    return settings
+
+
+def build(cfg: Config) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, Controller]:
+    registry = kopf.OperatorRegistry()
+    controller = Controller(cfg)
+    register(registry, controller)
+    if cfg.webhook_listen:
+        from . import webhook
+
+        webhook.register(registry)
+    return registry, settings_for(cfg), controller

@@ -1,0 +1,138 @@
+"""A small asyncio Kubernetes API client (aiohttp) for the operator's own reads and writes.
+
+kopf does the watching; this does the writes, with exactly the content types a real API server wants:
+custom-object status updates are JSON merge patches (a dict sent as a JSON patch is a 400 there).
+Credentials come from the same kopf login (ConnectionInfo) the watchers use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Awaitable, Callable, Optional
+from urllib.parse import quote, urlencode
+
+import aiohttp
+
+from . import api
+
+log = logging.getLogger("grpo_operator.kube")
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, message: str, body: Any = None):
+        super().__init__(f"{status} {reason}: {message}")
+        self.status, self.reason, self.message, self.body = status, reason, message, body
+
+
+class NotFound(ApiError):
+    pass
+
+
+class Conflict(ApiError):  # 409: AlreadyExists or a resourceVersion conflict
+    pass
+
+
+def path_for(kind: str, namespace: str, name: Optional[str] = None, subresource: Optional[str] = None) -> str:
+    if kind == "GRPOJob":
+        base = f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{quote(namespace)}/{api.PLURAL}"
+    elif kind == "Event":
+        base = f"/api/v1/namespaces/{quote(namespace)}/events"
+    else:
+        plural = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps"}[kind]
+        base = f"/api/v1/namespaces/{quote(namespace)}/{plural}"
+    if name:
+        base += f"/{quote(name)}"
+    if subresource:
+        base += f"/{subresource}"
+    return base
+
+
+class Kube:
+    """One aiohttp session to the API server; re-logs in on 401."""
+
+    def __init__(self, info: Any, relogin: Optional[Callable[[], Awaitable[Any]]] = None,
+                 timeout: float = 30.0, limit: int = 64):
+        self._info = info
+        self._relogin = relogin
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._limit = limit
+        self._session: Optional[aiohttp.ClientSession] = None
+        self._lock = asyncio.Lock()
+
+    def _make_session(self) -> aiohttp.ClientSession:
+        info = self._info
+        ssl_ctx = info.as_ssl_context() if info.server.startswith("https") else False
+        conn = aiohttp.TCPConnector(ssl=ssl_ctx, limit=self._limit)
+        return aiohttp.ClientSession(base_url=None, connector=conn, timeout=self._timeout,
+                                     headers=info.as_http_headers())
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = self._make_session()
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def request(self, method: str, path: str, *, body: Any = None, params: Optional[dict] = None,
+                      content_type: str = "application/json") -> Any:
+        url = self._info.server.rstrip("/") + path
+        if params:
+            url += "?" + urlencode(params)
+        data = None if body is None else json.dumps(body)
+        for attempt in (0, 1):
+            async with self.session.request(method, url, data=data,
+                                            headers={"Content-Type": content_type, "Accept": "application/json"}) as resp:
+                text = await resp.text()
+                if resp.status == 401 and attempt == 0 and self._relogin is not None:
+                    async with self._lock:
+                        self._info = await self._relogin()
+                        await self.close()
+                    continue
+                try:
+                    payload = json.loads(text) if text else None
+                except ValueError:
+                    payload = text
+                if resp.status < 400:
+                    return payload
+                msg = payload.get("message", text) if isinstance(payload, dict) else text
+                reason = payload.get("reason", resp.reason or "") if isinstance(payload, dict) else (resp.reason or "")
+                cls = NotFound if resp.status == 404 else Conflict if resp.status == 409 else ApiError
+                raise cls(resp.status, reason, str(msg)[:2000], payload)
+        raise ApiError(401, "Unauthorized", "unauthorized after re-login")
+
+    # ---- verbs
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        return await self.request("POST", path_for(obj["kind"], meta["namespace"]), body=obj)
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        return await self.request("GET", path_for(kind, namespace, name))
+
+    async def delete(self, kind: str, namespace: str, name: str, *, propagation: Optional[str] = None,
+                     uid: Optional[str] = None) -> bool:
+        """Delete; False when already gone. A uid precondition never deletes a newer namesake."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if propagation:
+            body["propagationPolicy"] = propagation
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            await self.request("DELETE", path_for(kind, namespace, name), body=body)
+            return True
+        except NotFound:
+            return False
+
+    async def patch_status(self, kind: str, namespace: str, name: str, status_patch: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("PATCH", path_for(kind, namespace, name, "status"),
+                                  body={"status": status_patch}, content_type=MERGE_PATCH)
+
+    async def post_event(self, namespace: str, event: dict[str, Any]) -> None:
+        await self.request("POST", path_for("Event", namespace), body=event)

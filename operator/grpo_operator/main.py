@@ -1,0 +1,124 @@
+"""`grpo-operator`: run the controller (and optionally the admission webhook) against $KUBECONFIG or in-cluster.
+
+    grpo-operator --namespace default --webhook-listen 127.0.0.1:9443 --webhook-manage
+
+Flags (fixed, see DESIGN.md) override the environment the Helm chart sets (GRPO_NAMESPACES,
+GRPO_ALL_NAMESPACES, GRPO_TRAINER_IMAGE, GRPO_WEBHOOK_*, GRPO_LIVENESS, GRPO_LOG_FORMAT=json, …).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from typing import Any, Optional, Sequence
+
+from . import handlers
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for attr in ("k8s_ref", "k8s_skip"):  # kopf's object loggers attach the object reference
+            if hasattr(record, attr) and attr == "k8s_ref":
+                out["object"] = getattr(record, attr)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def setup_logging(json_logs: bool, level: str) -> None:
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(JsonFormatter() if json_logs else logging.Formatter(
+        "%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root.addHandler(h)
+    root.setLevel(level.upper())
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # kopf logs every handler success per object at INFO: noise at 1000 jobs
+    logging.getLogger("kopf.objects").setLevel(logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING)
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> handlers.Config:
+    cfg = handlers.Config.from_env()
+    p = argparse.ArgumentParser(prog="grpo-operator", description="Kubernetes operator for GRPO post-training jobs.")
+    p.add_argument("--namespace", "-n", action="append", dest="namespaces", metavar="NS",
+                   help="watch this namespace (repeatable; env GRPO_NAMESPACES, comma-separated)")
+    p.add_argument("--all-namespaces", "-A", action="store_true", default=None, help="watch the whole cluster")
+    p.add_argument("--webhook-listen", metavar="ADDR:PORT", help="serve the validating admission webhook (HTTPS) here")
+    p.add_argument("--webhook-host", metavar="HOST", help="name/IP the API server dials (default: the listen address)")
+    p.add_argument("--webhook-manage", action="store_true", default=None,
+                   help="create/patch the ValidatingWebhookConfiguration (URL + caBundle) ourselves")
+    p.add_argument("--webhook-cert-dir", metavar="DIR",
+                   help="tls.crt/tls.key[/ca.crt] (e.g. from cert-manager); default: generate a CA and certificate")
+    p.add_argument("--liveness", metavar="URL", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--log-format", choices=["text", "json"], help="log format (env GRPO_LOG_FORMAT)")
+    p.add_argument("--json-logs", action="store_true", default=None, help="same as --log-format=json")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING… (env GRPO_LOG_LEVEL)")
+    p.add_argument("--trainer-image", help="default trainer image (env GRPO_TRAINER_IMAGE)")
+    p.add_argument("--no-controller", action="store_true", help="serve only the webhook")
+    a = p.parse_args(argv)
+    if a.namespaces:
+        cfg.namespaces = a.namespaces
+    if a.all_namespaces:
+        cfg.all_namespaces = True
+    for attr in ("webhook_listen", "webhook_host", "webhook_cert_dir", "liveness", "log_level"):
+        if getattr(a, attr):
+            setattr(cfg, attr, getattr(a, attr))
+    if a.webhook_manage:
+        cfg.webhook_manage = True
+    if a.json_logs or a.log_format == "json":
+        cfg.json_logs = True
+    elif a.log_format == "text":
+        cfg.json_logs = False
+    if a.trainer_image:
+        cfg.image = a.trainer_image
+    if a.no_controller:
+        cfg.controller = False
+    if cfg.all_namespaces and cfg.namespaces:
+        p.error("--all-namespaces and --namespace are mutually exclusive")
+    if not cfg.all_namespaces and not cfg.namespaces:
+        p.error("give --namespace NS (repeatable) or --all-namespaces")
+    if cfg.webhook_manage and not cfg.webhook_listen:
+        p.error("--webhook-manage needs --webhook-listen")
+    return cfg
+
+
+def run(cfg: handlers.Config, stop_flag: Optional[Any] = None, ready_flag: Optional[Any] = None) -> None:
+    import kopf
+
+    registry, settings, controller = handlers.build(cfg)
+    clusterwide = cfg.all_namespaces
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(kopf.operator(
+            registry=registry, settings=settings, standalone=True, clusterwide=clusterwide,
+            namespaces=[] if clusterwide else cfg.namespaces, liveness_endpoint=cfg.liveness,
+            stop_flag=stop_flag, ready_flag=ready_flag, memo=controller,
+        ))
+    finally:
+        loop.close()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    cfg = parse_args(argv)
+    setup_logging(cfg.json_logs, cfg.log_level)
+    logging.getLogger("grpo_operator").info(
+        "grpo-operator starting: namespaces=%s webhook=%s manage=%s image=%s",
+        "*" if cfg.all_namespaces else ",".join(cfg.namespaces), cfg.webhook_listen, cfg.webhook_manage, cfg.image)
+    run(cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

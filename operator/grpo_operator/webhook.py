@@ -1,0 +1,103 @@
+"""The validating admission webhook: the very validator behind `grpojob check`, plus update rules.
+
+`review()` is the decision (pure); `register()` wires it into a kopf registry as `kopf.on.validate` for
+CREATE and UPDATE of grpojobs (failurePolicy Fail), and `server()` builds the HTTPS endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from . import api, certs, validation
+
+log = logging.getLogger("grpo_operator.webhook")
+
+# Spec fields a running job cannot change: its pods were rendered from them (topology, batch, model, data…).
+MUTABLE_FIELDS = {"runPolicy"}
+# Pod placement may change while the job is suspended (no pods exist): what Kueue does on admission.
+MUTABLE_WHILE_SUSPENDED = {"template"}
+WEBHOOK_CONFIG_NAME = "grpo-operator.grpo.dev"
+
+
+@dataclass
+class Review:
+    allowed: bool
+    message: str = ""
+    warnings: list[str] = field(default_factory=list)
+    code: int = 422
+
+
+def _format_errors(name: str, res: validation.ValidationResult) -> str:
+    lines = [f"GRPOJob {name!r} is invalid ({len(res.errors)} error{'s' if len(res.errors) != 1 else ''}):"]
+    for e in res.errors:
+        lines.append(f"  * {e.field or '(object)'}: {e.message}")
+    return "\n".join(lines)
+
+
+def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mapping[str, Any]] = None) -> Review:
+    """Admit or deny a GRPOJob CREATE/UPDATE (dicts as in the AdmissionReview)."""
+    if operation not in ("CREATE", "UPDATE") or new is None:
+        return Review(True)
+    doc = {k: new.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in new}
+    name = (new.get("metadata") or {}).get("name") or (new.get("metadata") or {}).get("generateName") or "?"
+    if isinstance(doc.get("metadata"), dict) and not doc["metadata"].get("name") and doc["metadata"].get("generateName"):
+        doc["metadata"] = {**doc["metadata"], "name": doc["metadata"]["generateName"].rstrip("-.") or "job"}
+    res = validation.validate(doc)
+    if not res.valid:
+        return Review(False, _format_errors(str(name), res), list(res.warnings))
+    warnings = [f"spec: {w}" if not w.startswith("spec") else w for w in res.warnings]
+    if operation == "UPDATE" and old is not None:
+        old_doc = {k: old.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in old}
+        old_valid = validation.validate(old_doc).valid
+        if old_valid:  # a Rejected (invalid) job may be fixed freely: it never had pods
+            old_spec = old.get("spec") or {}
+            new_spec = new.get("spec") or {}
+            suspended = bool((old_spec.get("runPolicy") or {}).get("suspend")) and bool(
+                (new_spec.get("runPolicy") or {}).get("suspend"))
+            changed = sorted(k for k in set(old_spec) | set(new_spec)
+                             if old_spec.get(k) != new_spec.get(k) and k not in MUTABLE_FIELDS
+                             and not (suspended and k in MUTABLE_WHILE_SUSPENDED))
+            if changed:
+                fields = ", ".join(f"spec.{k}" for k in changed)
+                hint = " (spec.template may change only while the job is suspended)" if "template" in changed else ""
+                return Review(False,
+                              f"GRPOJob {name!r}: {fields} cannot change on an existing job: its pods, topology and batch "
+                              f"were set up from them{hint}. Only spec.runPolicy (suspend, backoffLimit, "
+                              f"activeDeadlineSeconds, ttlSecondsAfterFinished) and metadata may change. "
+                              f"To change the others, delete the job and create a new one (it resumes from the "
+                              f"checkpoints in spec.output).", warnings)
+    return Review(True, "", warnings)
+
+
+def register(registry: Any) -> None:
+    import kopf
+
+    @kopf.on.validate(api.GROUP, api.VERSION, api.PLURAL, id="validate", operations=["CREATE", "UPDATE"],
+                      registry=registry)
+    def validate_grpojob(body: Any, old: Any, new: Any, operation: Optional[str], warnings: list[str], **_: Any) -> None:
+        new_d = dict(new) if new is not None else (dict(body) if body is not None else None)
+        old_d = dict(old) if old is not None else None
+        r = review(operation or "", new_d, old_d)
+        warnings.extend(r.warnings)
+        if not r.allowed:
+            raise kopf.AdmissionError(r.message, code=r.code)
+
+
+def server(listen: str, host: Optional[str], cert_dir: Optional[str]) -> Any:
+    """A kopf.WebhookServer on ADDR:PORT with our certificates (generated unless `cert_dir`)."""
+    import kopf
+
+    addr, _, port = listen.rpartition(":")
+    addr = addr.strip("[]") or "0.0.0.0"
+    dial_host = host or (addr if addr not in ("0.0.0.0", "::") else "127.0.0.1")
+    if cert_dir:
+        files = certs.from_dir(cert_dir)
+    else:
+        tmp = tempfile.mkdtemp(prefix="grpo-webhook-certs-")
+        files = certs.generate(tmp, [dial_host, addr] if addr not in ("0.0.0.0", "::") else [dial_host])
+        log.info("generated a webhook CA and serving certificate for %s in %s", dial_host, tmp)
+    return kopf.WebhookServer(addr=addr, port=int(port), host=dial_host, certfile=str(files.certfile),
+                              pkeyfile=str(files.keyfile), cafile=str(files.cafile) if files.cafile else None)
