@@ -101,6 +101,10 @@ class _Converter:
                          ("exclusiveMaximum", "maximum"), ("minLength", "minLength"), ("maxLength", "maxLength"),
                          ("pattern", "pattern")):
             if src in schema:
+                if src.endswith(("imum",)) and isinstance(schema[src], int) and abs(schema[src]) > 2**53:
+                    # kube-apiserver reads bounds as float64: ±(2^63-1) rounds to 2^63 and overflows into
+                    # "must be less than or equal to -9223372036854775808" for every value. format int64 bounds it.
+                    continue
                 out[dst] = schema[src]
                 if src.startswith("exclusive"):
                     out["exclusive" + dst[:1].upper() + dst[1:]] = True
