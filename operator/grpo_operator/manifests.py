@@ -67,11 +67,16 @@ def names(job_name: str) -> Names:
     return Names(f"{head}-{digest}", job_name)
 
 
+# torchrun itself exits 1 whenever a worker fails, which reads as "permanent"; grpo_trainer.launch is torchrun's own
+# launcher run in-process that exits with the workers' contract code instead (docs/trainer.md).
+LAUNCHER = ["python", "-m", "grpo_trainer.launch"]
+
+
 def torchrun_argv(nnodes: int, nproc_per_node: int, node_rank: int, rdzv_endpoint: str, rdzv_id: str,
                   config_path: str = CONFIG_FILE) -> list[str]:
-    """The trainer container's argv (never a shell string)."""
+    """The trainer container's argv (never a shell string): torchrun's arguments, then the trainer module."""
     return [
-        "torchrun",
+        *LAUNCHER,
         f"--nnodes={nnodes}",
         f"--nproc-per-node={nproc_per_node}",
         f"--node-rank={node_rank}",
@@ -231,8 +236,8 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
         "name": "trainer",
         "image": job.spec.image or image,
         "imagePullPolicy": "IfNotPresent",
-        "command": argv[:1],
-        "args": argv[1:],
+        "command": argv[:len(LAUNCHER)],
+        "args": argv[len(LAUNCHER):],
         "env": _common_env(job, threads=1 if topo.gpu_resource else 4)
         + [{"name": "GRPO_NODE_RANK", "value": str(rank)}, {"name": "GRPO_ATTEMPT", "value": str(attempt)}],
         "ports": [{"name": "c10d", "containerPort": C10D_PORT, "protocol": "TCP"}],

@@ -67,7 +67,7 @@ def test_every_accepted_spec_renders_valid_kubernetes_objects(name, nodes, gpus,
     base = manifests.names(name).base
     for rank, pod in enumerate(pods):
         argv = pod["spec"]["containers"][0]["command"] + pod["spec"]["containers"][0]["args"]
-        assert argv[0] == "torchrun"
+        assert argv[:3] == ["python", "-m", "grpo_trainer.launch"]  # torchrun, exiting with the trainer's code
         assert f"--nnodes={nodes}" in argv and f"--node-rank={rank}" in argv
         assert f"--nproc-per-node={res.topology.nproc_per_node}" in argv
         assert f"--rdzv-endpoint={base}-node-0.{base}:{manifests.C10D_PORT}" in argv
@@ -95,7 +95,7 @@ def test_hostile_strings_are_data_not_commands(hostile):
         if obj["kind"] != "Pod":
             continue
         container = obj["spec"]["containers"][0]
-        assert container["command"] == ["torchrun"]
+        assert container["command"] == manifests.LAUNCHER
         assert "sh" not in container["command"] and "-c" not in container["args"]
         assert hostile not in container["args"]
         assert {"name": "NOTE", "value": hostile} in container["env"]
