@@ -572,7 +572,8 @@ def decide(job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Pol
             dec.requeue(rp.ttlSecondsAfterFinished)
         return finish()
     all_present = all(n in by_name for n in expected) and len(current) >= len(expected)
-    all_running = all_present and all(p.phase in ("Running", "Succeeded") and not p.synthetic for p in current)
+    all_running = all_present and all(p.phase in ("Running", "Succeeded") and not p.synthetic and not p.deleting
+                                      for p in current)
     unsched = [p for p in current if p.unschedulable]
     if unsched:
         p = unsched[0]
