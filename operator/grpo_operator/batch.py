@@ -194,6 +194,14 @@ def evaluate(inp: BatchInput) -> tuple[list[Issue], Optional[int], Optional[int]
     return issues, B, S
 
 
+def _with(inp: BatchInput, **changes) -> BatchInput:
+    """dataclasses.replace without re-running __init__ (the fix search makes thousands of these)."""
+    new = object.__new__(BatchInput)
+    new.__dict__.update(inp.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
 def _valid(inp: BatchInput) -> bool:
     return not evaluate(inp)[0]
 
@@ -220,7 +228,7 @@ def _nearest(inp: BatchInput, attr: str, current: int, candidates_fn, ok, limit:
         for value in candidates_fn(current, direction, limit):
             if value < 1 or value == current:
                 continue
-            if ok(replace(inp, **{attr: value})):
+            if ok(_with(inp, **{attr: value})):
                 found.append(value)
                 break
     found.sort(key=lambda v: (abs(v - current), v))
@@ -268,7 +276,7 @@ def _fixes(inp: BatchInput, issue: Issue, B: Optional[int], S: Optional[int]) ->
     gpu_knob = "GPUs per node" if inp.nproc_field != "spec.nprocPerNode" else "nprocPerNode"
     if issue.code in ("E4", "E5", "E1") and G >= 1:
         if issue.code in ("E4", "E5") and B is not None:
-            gens = [g for g in _valid_generations(inp, B) if ok(replace(inp, num_generations=g))]
+            gens = [g for g in _valid_generations(inp, B) if ok(_with(inp, num_generations=g))]
             below = [g for g in gens if g < G]
             above = [g for g in gens if g > G]
             pick = sorted(([below[-1]] if below else []) + ([above[0]] if above else []), key=lambda g: (abs(g - G), g))
@@ -304,12 +312,12 @@ def _fixes(inp: BatchInput, issue: Issue, B: Optional[int], S: Optional[int]) ->
         add("per_device_eval", TRAINING + "perDeviceEvalBatchSize", "perDeviceEvalBatchSize", inp.per_device_eval,
             max(Ge, 1) // math.gcd(max(Ge, 1), W))
         ge_vals = [g for g in divisors_at_least_2(inp.per_device_eval * W)
-                   if ok(replace(inp, num_generations_eval=g))]
+                   if ok(_with(inp, num_generations_eval=g))]
         if ge_vals:
             best = min(ge_vals, key=lambda g: (abs(g - Ge), g))
             fixes.append(Fix(TRAINING + "numGenerationsEval", "numGenerationsEval", inp.num_generations_eval, best))
     elif issue.code in ("E6", "X3"):
-        tps = [t for t in range(1, inp.tensor_parallel) if ok(replace(inp, tensor_parallel=t))]
+        tps = [t for t in range(1, inp.tensor_parallel) if ok(_with(inp, tensor_parallel=t))]
         if tps:
             fixes.append(Fix("spec.vllm.tensorParallelSize", "tensorParallelSize", inp.tensor_parallel, tps[-1]))
         add("nproc", inp.nproc_field, gpu_knob, inp.nproc, inp.tensor_parallel)

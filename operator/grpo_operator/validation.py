@@ -122,8 +122,8 @@ def _pydantic_errors(exc: ValidationError, prefix: str = "spec") -> list[FieldEr
     return list(out.values())
 
 
-def batch_input(spec: api.GRPOJobSpec, topo: topology.Topology) -> batch.BatchInput:
-    t = api.training_kwargs(spec.training)
+def batch_input(spec: api.GRPOJobSpec, topo: topology.Topology, t: Optional[dict[str, Any]] = None) -> batch.BatchInput:
+    t = api.training_kwargs(spec.training) if t is None else t
 
     def get(name: str) -> Any:
         v = t.get(name)
@@ -168,8 +168,7 @@ def _vllm_errors(spec: api.GRPOJobSpec, topo: topology.Topology) -> list[FieldEr
     return errors
 
 
-def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology) -> list[str]:
-    t = api.training_kwargs(spec.training)
+def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any]) -> list[str]:
     out = []
     if spec.output.volumeClaimName is None:
         if topo.nodes > 1:
@@ -210,10 +209,11 @@ def validate_spec(name: str, spec_doc: Any) -> ValidationResult:
         return res
     res.topology = topo
     res.errors += _vllm_errors(spec, topo)
-    br = batch.check(batch_input(spec, topo))
+    t = api.training_kwargs(spec.training)
+    br = batch.check(batch_input(spec, topo, t))
     res.batch = br.breakdown.as_dict() if br.breakdown else None
     res.errors += [FieldError(i.field, i.full_message()) for i in br.issues]
-    res.warnings = _warnings(spec, topo)
+    res.warnings = _warnings(spec, topo, t)
     return res
 
 
