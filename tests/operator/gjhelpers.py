@@ -83,3 +83,11 @@ def pod_body(job: str, rank: int, phase: str = "Running", *, attempt: int = 0, u
         status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                  "message": unschedulable}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {}, "status": status}
+
+
+def manifest(name: str, *, labels: Optional[dict[str, str]] = None, **spec_kw: Any) -> dict[str, Any]:
+    """A GRPOJob to apply to a cluster."""
+    meta: dict[str, Any] = {"name": name}
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob", "metadata": meta, "spec": job_spec(**spec_kw)}
