@@ -445,7 +445,6 @@ def settings_for(cfg: Config) -> kopf.OperatorSettings:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
-    settings.batching.batch_window = 0.02
     settings.persistence.finalizer = "grpo.dev/finalizer"  # only used if a handler ever needs one (none does)
     if cfg.webhook_listen:
         from . import webhook
