@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from . import api
+from . import api, cel
 
 MAX_DESCRIPTION = 300  # keeps the CRD well under kubectl apply's 256 KiB last-applied annotation
 
@@ -124,7 +124,7 @@ def openapi_schema() -> dict[str, Any]:
     # check is the webhook's; the schema must not preserve them silently either.
     _drop_preserve_where_typed(spec)
     status.setdefault("x-kubernetes-preserve-unknown-fields", True)
-    return {
+    return cel.apply({  # CEL rules and the bounds their cost needs: cel.py
         "type": "object",
         "description": "A GRPO post-training job: TRL's GRPOTrainer under torchrun on one or more nodes.",
         "required": ["spec"],
@@ -135,7 +135,7 @@ def openapi_schema() -> dict[str, Any]:
             "spec": spec,
             "status": status,
         },
-    }
+    })
 
 
 def _drop_preserve_where_typed(schema: dict[str, Any]) -> None:
