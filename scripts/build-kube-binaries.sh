@@ -11,7 +11,8 @@
 # copied into $DEST (default <repo>/.tools/bin).  Re-running with a warm cache only copies.
 #
 # usage: scripts/build-kube-binaries.sh [--dest DIR] [--with-apiextensions] [--only-apiextensions]
-#                                        [--keep-build] [--jobs N]
+#                                        [--keep-build] [--jobs N] [--prepare-only]
+#   --prepare-only: download, unpack, patch and swap reflect2, then stop before `make` (a quick check)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,6 +21,7 @@ CACHE=${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo-operator}
 WITH_APIEXT=0
 BUILD_KUBE=1
 KEEP_BUILD=0
+PREPARE_ONLY=0
 KUBE_BINS=(kube-apiserver kube-controller-manager)
 
 while [ $# -gt 0 ]; do
@@ -28,8 +30,9 @@ while [ $# -gt 0 ]; do
     --with-apiextensions) WITH_APIEXT=1; shift ;;
     --only-apiextensions) WITH_APIEXT=1; BUILD_KUBE=0; shift ;;
     --keep-build) KEEP_BUILD=1; shift ;;
+    --prepare-only) PREPARE_ONLY=1; shift ;;
     --jobs) export GOMAXPROCS=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -105,6 +108,7 @@ build_kube() {
     # GOPATH layout as debian/rules does.
     mkdir -p "$build/.go/src/k8s.io"
     ln -sfn ../../.. "$build/.go/src/k8s.io/kubernetes"
+    if [ $PREPARE_ONLY = 1 ]; then log "prepared $build (--prepare-only: not building)"; return 0; fi
     log "make WHAT='${KUBE_BINS[*]/#/cmd/}' (first build ~8 min on 2 cores; GOCACHE=$CACHE/gocache)"
     (
       cd "$build/.go/src/k8s.io/kubernetes"

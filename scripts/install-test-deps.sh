@@ -33,11 +33,14 @@ log "$(etcd --version | head -1)"
 # --- kube binaries ----------------------------------------------------------------------------
 need_build=()
 for b in kube-apiserver kube-controller-manager apiextensions-apiserver; do
-  if [ -x "$TOOLS/$b" ]; then continue; fi
   if [ -f "$SHARED/bin/$b.gz" ]; then
+    # up to date when extracted after the .gz was last written
+    if [ -x "$TOOLS/$b" ] && [ ! "$SHARED/bin/$b.gz" -nt "$TOOLS/$b" ]; then continue; fi
     gunzip -c "$SHARED/bin/$b.gz" > "$TOOLS/$b.partial"
     chmod 0755 "$TOOLS/$b.partial"; mv "$TOOLS/$b.partial" "$TOOLS/$b"
     log "$b <- $SHARED/bin/$b.gz"
+  elif [ -x "$TOOLS/$b" ]; then
+    continue
   elif [ -x "$SHARED/bin/$b" ]; then
     install -m 0755 "$SHARED/bin/$b" "$TOOLS/$b"
     log "$b <- $SHARED/bin/$b"

@@ -126,12 +126,14 @@ class ManagedProcess:
     env: dict[str, str] | None = None
     cwd: Path | None = None
     proc: subprocess.Popen | None = field(default=None, init=False)
+    log_offset: int = field(default=0, init=False)  # where the current run's log starts
 
     def start(self) -> None:
         if self.running:
             return
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logf = open(self.log_path, "ab")
+        self.log_offset = logf.tell()
         logf.write(f"\n===== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
         logf.flush()
         main = threading.current_thread() is threading.main_thread()
@@ -184,6 +186,15 @@ class ManagedProcess:
 
     def rss(self) -> int | None:
         return rss_bytes(self.proc.pid) if self.running else None
+
+    def log_since_start(self) -> str:
+        """The log of the current run only (the file is appended to across restarts)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def log_tail(self, lines: int = 40) -> str:
         try:

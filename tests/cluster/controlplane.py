@@ -276,9 +276,21 @@ class ControlPlane:
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE
         url = f"https://127.0.0.1:{self.kcm_port}/healthz"
-        wait_until(lambda: http_request(url, ssl_context=insecure, timeout=5).status == 200,
-                   self.startup_timeout, interval=0.1, what="kube-controller-manager /healthz",
-                   check=self.controller_manager.check_alive)
+        kcm = self.controller_manager
+
+        def ready() -> bool:
+            # /healthz answers before the controllers are built; an apiserver outage in that
+            # window makes a 1.20 controller-manager exit ("unable to get any supported
+            # resources").  With the GC on, wait until it has synced all its monitors.
+            if http_request(url, ssl_context=insecure, timeout=5).status != 200:
+                return False
+            if "garbagecollector" in self.controllers:
+                return "all resource monitors have synced" in kcm.log_since_start()
+            return True
+
+        wait_until(ready, self.startup_timeout, interval=0.1,
+                   what="kube-controller-manager /healthz and garbage collector synced",
+                   check=kcm.check_alive)
         self.timings["controller-manager"] = time.monotonic() - t0
 
     def stop(self, graceful: bool | None = None) -> None:
