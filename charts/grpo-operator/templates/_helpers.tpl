@@ -1,0 +1,129 @@
+{{/* Names */}}
+{{- define "grpo-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "grpo-operator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "grpo-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "grpo-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "grpo-operator.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "grpo-operator.fullname" .) -}}
+{{- end -}}
+
+{{- define "grpo-operator.webhookConfigName" -}}
+{{- default (printf "%s.grpo.dev" (include "grpo-operator.fullname" .)) .Values.webhook.configurationName -}}
+{{- end -}}
+
+{{- define "grpo-operator.certificateName" -}}
+{{- printf "%s-webhook" (include "grpo-operator.fullname" .) -}}
+{{- end -}}
+
+{{- define "grpo-operator.certSecretName" -}}
+{{- printf "%s-webhook-tls" (include "grpo-operator.fullname" .) -}}
+{{- end -}}
+
+{{- define "grpo-operator.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if hasPrefix "@" $tag -}}
+{{- printf "%s%s" .Values.image.repository $tag -}}
+{{- else if hasPrefix "sha256:" $tag -}}
+{{- printf "%s@%s" .Values.image.repository $tag -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels */}}
+{{- define "grpo-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "grpo-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "grpo-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "grpo-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: grpo-operator
+{{- end -}}
+
+{{/* Modes */}}
+{{- define "grpo-operator.clusterwide" -}}
+{{- if not .Values.watch.namespaces -}}true{{- end -}}
+{{- end -}}
+
+{{- define "grpo-operator.peering" -}}
+{{- if gt (int .Values.replicaCount) 1 -}}true{{- end -}}
+{{- end -}}
+
+{{- define "grpo-operator.operatorManagedWebhook" -}}
+{{- if and .Values.webhook.enabled (eq .Values.webhook.certificates "operator") -}}true{{- end -}}
+{{- end -}}
+
+{{- define "grpo-operator.certManagerWebhook" -}}
+{{- if and .Values.webhook.enabled (eq .Values.webhook.certificates "cert-manager") -}}true{{- end -}}
+{{- end -}}
+
+{{/* Combinations the schema cannot explain well: refuse them with a message. */}}
+{{- define "grpo-operator.checks" -}}
+{{- if and (include "grpo-operator.peering" .) (include "grpo-operator.operatorManagedWebhook" .) -}}
+{{- fail (printf "replicaCount=%d needs webhook.certificates=cert-manager (every replica must serve the webhook with the same certificate; with certificates=operator each replica would generate its own CA and overwrite the others' caBundle) or webhook.enabled=false" (int .Values.replicaCount)) -}}
+{{- end -}}
+{{- if and (not .Values.rbac.create) (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) -}}
+{{- fail "rbac.create=false and serviceAccount.create=false: set serviceAccount.name to an existing ServiceAccount that has the operator's permissions (see docs/install.md)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Namespace-scoped rules: exactly the verbs the operator uses (grpo_operator/handlers.py, kube.py, kopf).
+The reason for each is in docs/install.md ("RBAC").
+*/}}
+{{- define "grpo-operator.namespacedRules" -}}
+- apiGroups: ["grpo.dev"]
+  resources: ["grpojobs"]
+  verbs: ["list", "watch", "delete"]
+- apiGroups: ["grpo.dev"]
+  resources: ["grpojobs/status"]
+  verbs: ["patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch", "get", "create", "delete"]
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["get", "create"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end -}}
+
+{{/*
+Operator-managed webhook configuration: kopf creates it (create cannot be limited by name: RBAC checks it before
+the object exists) and then patches only its own configuration.
+*/}}
+{{- define "grpo-operator.webhookRules" -}}
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["validatingwebhookconfigurations"]
+  verbs: ["create"]
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["validatingwebhookconfigurations"]
+  resourceNames: [{{ include "grpo-operator.webhookConfigName" . | quote }}]
+  verbs: ["patch"]
+{{- end -}}
