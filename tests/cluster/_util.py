@@ -88,6 +88,40 @@ def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05,
         time.sleep(interval)
 
 
+# ------------------------------------------------------------------------------------------ work dirs
+
+
+def _proc_start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def claim_workdir(workdir: Path) -> None:
+    """Record this process as the owner of ``workdir`` (for ``sweep_stale_workdirs``)."""
+    (workdir / "owner").write_text(f"{os.getpid()} {_proc_start_time(os.getpid())}\n")
+
+
+def sweep_stale_workdirs(base: str | os.PathLike[str] | None, prefixes: Sequence[str]) -> None:
+    """Remove work dirs left by test processes that were SIGKILLed (their children died with them
+    through PDEATHSIG, but the dirs -- etcd preallocates 64 MB WAL files -- stay in /dev/shm).
+    Only dirs with an ``owner`` file naming a process that no longer exists are touched."""
+    import tempfile
+
+    base_path = Path(base or tempfile.gettempdir())
+    for prefix in prefixes:
+        for d in base_path.glob(prefix + "*"):
+            try:
+                pid_s, start = (d / "owner").read_text().split()
+                pid = int(pid_s)
+            except (OSError, ValueError):
+                continue
+            if pid == os.getpid() or _proc_start_time(pid) == start:
+                continue  # still alive (same pid and start time)
+            shutil.rmtree(d, ignore_errors=True)
+
+
 # ------------------------------------------------------------------------------------------ processes
 
 _PR_SET_PDEATHSIG = 1

@@ -30,8 +30,8 @@ import weakref
 from pathlib import Path
 from typing import Any, Mapping
 
-from ._util import (HTTPResult, ManagedProcess, find_binary, free_port, http_request, make_pki,
-                    wait_until)
+from ._util import (HTTPResult, ManagedProcess, claim_workdir, find_binary, free_port,
+                    http_request, make_pki, sweep_stale_workdirs, wait_until)
 from .controlplane import default_workdir_base
 
 _LIVE: "weakref.WeakSet[CelServer]" = weakref.WeakSet()
@@ -69,8 +69,12 @@ class CelServer:
             keep_workdir = os.environ.get("GRPO_TEST_KEEP_WORKDIR", "") not in ("", "0")
         self.keep_workdir = keep_workdir
         self._own_workdir = workdir is None
+        if workdir is None:
+            sweep_stale_workdirs(default_workdir_base(), ("grpo-cp-", "grpo-cel-"))
         self.workdir = Path(workdir) if workdir else Path(
             tempfile.mkdtemp(prefix="grpo-cel-", dir=default_workdir_base()))
+        if workdir is None:
+            claim_workdir(self.workdir)
         self.logdir = self.workdir / "logs"
         self.etcd_bin = find_binary("etcd")
         self.server_bin = find_binary("apiextensions-apiserver")

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ._util import (HTTPResult, ManagedProcess, PKI, find_binary, free_port, http_request,
-                    make_pki, wait_until)
+from ._util import (HTTPResult, ManagedProcess, PKI, claim_workdir, find_binary, free_port,
+                    http_request, make_pki, sweep_stale_workdirs, wait_until)
 from .kubectl import Kubectl
 
 DEFAULT_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "serviceaccount-token")
@@ -130,8 +130,12 @@ class ControlPlane:
             keep_workdir = os.environ.get("GRPO_TEST_KEEP_WORKDIR", "") not in ("", "0")
         self.keep_workdir = keep_workdir
         self._own_workdir = workdir is None
+        if workdir is None:
+            sweep_stale_workdirs(default_workdir_base(), ("grpo-cp-", "grpo-cel-"))
         self.workdir = Path(workdir) if workdir else Path(
             tempfile.mkdtemp(prefix="grpo-cp-", dir=default_workdir_base()))
+        if workdir is None:
+            claim_workdir(self.workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.logdir = self.workdir / "logs"
 
