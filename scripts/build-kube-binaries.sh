@@ -50,9 +50,14 @@ mirror_uri() {
   awk '$1=="deb"{for(i=2;i<=NF;i++) if($i ~ /^[a-z]+:\/\//){print $i; exit}}' /etc/apt/sources.list
 }
 
-apt_install() {  # apt-get install, running `apt-get update` only when a package is unknown
-  if ! apt-cache show "$@" >/dev/null 2>&1; then $SUDO apt-get update -q; fi
-  $SUDO apt-get install -y -q --no-install-recommends "$@"
+apt_install() {  # apt-get install; `apt-get update` only when a package is unknown or lists are stale
+  local updated=0
+  if ! apt-cache show "$@" >/dev/null 2>&1; then $SUDO apt-get update -q; updated=1; fi
+  if ! $SUDO apt-get install -y -q --no-install-recommends "$@"; then
+    [ $updated = 1 ] && return 1
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends "$@"
+  fi
 }
 
 # ---------------------------------------------------------------- kube-apiserver + controller-manager

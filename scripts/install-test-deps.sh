@@ -25,8 +25,13 @@ mkdir -p "$TOOLS"
 
 # --- etcd -------------------------------------------------------------------------------------
 if ! command -v etcd >/dev/null 2>&1; then
-  if ! apt-cache show etcd-server >/dev/null 2>&1; then $SUDO apt-get update -q; fi
-  $SUDO apt-get install -y -q --no-install-recommends etcd-server
+  updated=0
+  if ! apt-cache show etcd-server >/dev/null 2>&1; then $SUDO apt-get update -q; updated=1; fi
+  if ! $SUDO apt-get install -y -q --no-install-recommends etcd-server; then
+    [ $updated = 1 ] && exit 1
+    $SUDO apt-get update -q     # stale package lists: refresh once and retry
+    $SUDO apt-get install -y -q --no-install-recommends etcd-server
+  fi
 fi
 log "$(etcd --version | head -1)"
 
