@@ -137,14 +137,15 @@ build_apiext() {
     log "cached: $out/apiextensions-apiserver"
   else
     apt_install debootstrap ca-certificates
-    local root=$CACHE/sid-chroot
+    CHROOT=$CACHE/sid-chroot   # global: the EXIT trap needs it after this function returns
+    local root=$CHROOT
     local mirror; mirror=$(mirror_uri)
     $SUDO rm -rf "$root"
     log "debootstrap --variant=minbase sid $root $mirror (~40 s)"
     $SUDO debootstrap --variant=minbase sid "$root" "$mirror"
     cleanup_chroot() {
-      $SUDO umount "$root/proc" 2>/dev/null || true
-      [ $KEEP_BUILD = 1 ] || $SUDO rm -rf "$root"       # ~4.8 GB
+      $SUDO umount "$CHROOT/proc" 2>/dev/null || true
+      [ $KEEP_BUILD = 1 ] || $SUDO rm -rf "$CHROOT"       # ~4.8 GB
     }
     trap cleanup_chroot EXIT
     $SUDO mount -t proc proc "$root/proc" || true
