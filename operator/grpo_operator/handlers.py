@@ -23,6 +23,7 @@ import os
 import random
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -33,6 +34,7 @@ from . import api, kube, lifecycle, manifests, validation
 log = logging.getLogger("grpo_operator")
 
 Key = tuple[str, str]  # (namespace, job name)
+VALIDATION_CACHE_SIZE = 256
 
 
 @dataclass
@@ -104,7 +106,8 @@ class Controller:
         self.kube: Optional[kube.Kube] = None
         self.jobs: dict[Key, dict[str, Any]] = {}
         self.pods_index: Any = None  # kopf.Index: Key -> Store[PodInfo]
-        self._vcache: dict[Key, tuple[Any, validation.ValidationResult]] = {}
+        # bounded: a parsed spec is ~15 KB and validation takes ~0.4 ms, so only recently active jobs are kept
+        self._vcache: "OrderedDict[Key, tuple[Any, validation.ValidationResult]]" = OrderedDict()
         self._expect_create: dict[Key, dict[str, tuple[int, float]]] = {}
         self._expect_delete: dict[tuple[str, str], float] = {}
         self._foreign: dict[Key, dict[str, tuple[lifecycle.PodInfo, float]]] = {}
@@ -196,11 +199,15 @@ class Controller:
         sig = (meta.get("uid"), meta.get("generation"), repr(sorted((meta.get("labels") or {}).items())))
         hit = self._vcache.get(key)
         if hit is not None and hit[0] == sig:
+            self._vcache.move_to_end(key)
             return hit[1]
         doc = {k: body.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
         doc["metadata"] = {k: v for k, v in meta.items() if k in ("name", "namespace", "labels", "annotations", "uid")}
         res = validation.validate(doc)
         self._vcache[key] = (sig, res)
+        self._vcache.move_to_end(key)
+        while len(self._vcache) > VALIDATION_CACHE_SIZE:
+            self._vcache.popitem(last=False)
         return res
 
     def observed_pods(self, key: Key, job_uid: str) -> list[lifecycle.PodInfo]:
@@ -240,19 +247,31 @@ class Controller:
         dec = lifecycle.decide(view, pods, lifecycle.now_utc(), self.config.policy)
         k = self.kube
 
-        # 1. status first: later steps (deleting pods for a restart) must never run on an unrecorded decision
-        if dec.status is not None:
-            patch = lifecycle.status_patch(lifecycle._clean(view.status), dec.status)
-            if patch:
-                try:
-                    async with self._sem_ctx():
-                        resp = await k.patch_status("GRPOJob", ns, name, patch)
-                except kube.NotFound:
-                    self.forget(key)
-                    return
-                self.stats["status_writes"] += 1
-                if isinstance(resp, dict) and (resp.get("metadata") or {}).get("uid") == uid:
-                    self.observe_job(resp)
+        # 1. status first when the decision deletes anything: a gang restart must never run on an unrecorded
+        #    decision. Creations carry their attempt in the pods themselves, so they may go in parallel.
+        creating = bool(dec.create_pods and dec.create_attempt is not None)
+        destructive = bool(dec.delete_pods or dec.delete_job)
+        create_task = None
+        if creating and not destructive:
+            create_task = asyncio.get_running_loop().create_task(
+                self._create(key, body, res, dec.create_attempt, dec.create_pods))  # type: ignore[arg-type]
+            creating = False
+        try:
+            if dec.status is not None:
+                patch = lifecycle.status_patch(lifecycle._clean(view.status), dec.status)
+                if patch:
+                    try:
+                        async with self._sem_ctx():
+                            resp = await k.patch_status("GRPOJob", ns, name, patch)
+                    except kube.NotFound:
+                        self.forget(key)
+                        return
+                    self.stats["status_writes"] += 1
+                    if isinstance(resp, dict) and (resp.get("metadata") or {}).get("uid") == uid:
+                        self.observe_job(resp)
+        finally:
+            if create_task is not None:
+                await create_task
         # 2. events (best effort)
         for ev in dec.events:
             asyncio.get_running_loop().create_task(self._post_event(body, ev))
@@ -272,8 +291,8 @@ class Controller:
         if dels:
             await asyncio.gather(*dels)
         # 4. creations
-        if dec.create_pods and dec.create_attempt is not None:
-            await self._create(key, body, res, dec.create_attempt, dec.create_pods)
+        if creating:
+            await self._create(key, body, res, dec.create_attempt, dec.create_pods)  # type: ignore[arg-type]
         if dec.requeue_after is not None:
             self.kick_later(key, dec.requeue_after + 0.05)
         if len(self._expect_delete) > 10000:
@@ -408,7 +427,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
     selector = {manifests.LABEL_JOB: kopf.PRESENT}
 
     @kopf.index("v1", "pods", labels=selector, id="grpo_pods", registry=registry)
-    def grpo_pods(meta: Any, body: Any, namespace: Optional[str], **_: Any) -> Any:
+    async def grpo_pods(meta: Any, body: Any, namespace: Optional[str], **_: Any) -> Any:  # async: no thread pool
         job = job_key_of_pod(meta)
         if not job:
             return None

@@ -77,7 +77,7 @@ def register(registry: Any) -> None:
 
     @kopf.on.validate(api.GROUP, api.VERSION, api.PLURAL, id="validate", operations=["CREATE", "UPDATE"],
                       registry=registry)
-    def validate_grpojob(body: Any, old: Any, new: Any, operation: Optional[str], warnings: list[str], **_: Any) -> None:
+    async def validate_grpojob(body: Any, old: Any, new: Any, operation: Optional[str], warnings: list[str], **_: Any) -> None:
         new_d = dict(new) if new is not None else (dict(body) if body is not None else None)
         old_d = dict(old) if old is not None else None
         r = review(operation or "", new_d, old_d)
