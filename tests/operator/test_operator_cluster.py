@@ -156,3 +156,19 @@ def test_ttl_after_finished_deletes_the_job(operator_process, kubectl, k8s_names
     wait_pods(k, ns, "ttl", 1)
     pod_exit(k, ns, "ttl-node-0", 0)
     wait_until(lambda: not k.exists("grpojob", "ttl", "-n", ns), 30, 0.3, what="job deleted by TTL")
+
+
+def test_vllm_server_mode_gang_restart(operator_process, kubectl, k8s_namespace) -> None:
+    k, ns = kubectl, k8s_namespace
+    k.apply(manifest("srv", nodes=1, vllm_server=True), "-n", ns)
+    pods = wait_pods(k, ns, "srv", 2)
+    assert {p["metadata"]["name"] for p in pods} == {"srv-node-0", "srv-vllm-0"}
+    assert k.exists("service", "srv-vllm", "-n", ns)
+    for p in pods:
+        pod_running(k, ns, p["metadata"]["name"])
+    wait_job(k, ns, "srv", lambda s: s.get("phase") == "Running")
+    pod_exit(k, ns, "srv-node-0", 143)
+    new = wait_pods(k, ns, "srv", 2, attempt=1)
+    time.sleep(2)  # stays at attempt 1: no delete/recreate loop of the server pod
+    assert {p["metadata"]["uid"] for p in pods_of(k, ns, "srv")} == {p["metadata"]["uid"] for p in new}
+    assert get_job(k, ns, "srv")["status"]["restarts"] == 1
