@@ -55,6 +55,7 @@ class Config:
     scanning: bool = True
     max_concurrent_writes: int = 64
     controller: bool = True  # False: webhook only
+    peering: Optional[str] = None  # kopf peering object name (HA: one active replica); None: standalone
 
     @classmethod
     def from_env(cls, env: Optional[dict[str, str]] = None) -> "Config":
@@ -77,6 +78,7 @@ class Config:
             log_level=e.get("GRPO_LOG_LEVEL", "INFO"),
             scanning=e.get("GRPO_SCANNING", "1") not in ("0", "false", "no"),
             max_concurrent_writes=int(e.get("GRPO_MAX_CONCURRENT_WRITES", "64")),
+            peering=e.get("GRPO_PEERING") or None,
         )
 
 

@@ -66,6 +66,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> handlers.Config:
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING… (env GRPO_LOG_LEVEL)")
     p.add_argument("--trainer-image", help="default trainer image (env GRPO_TRAINER_IMAGE)")
     p.add_argument("--no-controller", action="store_true", help="serve only the webhook")
+    p.add_argument("--peering", metavar="NAME", help="kopf peering object for HA (env GRPO_PEERING); default standalone")
     a = p.parse_args(argv)
     if a.namespaces:
         cfg.namespaces = a.namespaces
@@ -82,6 +83,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> handlers.Config:
         cfg.json_logs = False
     if a.trainer_image:
         cfg.image = a.trainer_image
+    if a.peering:
+        cfg.peering = a.peering
     if a.no_controller:
         cfg.controller = False
     if cfg.all_namespaces and cfg.namespaces:
@@ -102,7 +105,8 @@ def run(cfg: handlers.Config, stop_flag: Optional[Any] = None, ready_flag: Optio
     asyncio.set_event_loop(loop)
     try:
         loop.run_until_complete(kopf.operator(
-            registry=registry, settings=settings, standalone=True, clusterwide=clusterwide,
+            registry=registry, settings=settings, clusterwide=clusterwide,
+            standalone=cfg.peering is None, peering_name=cfg.peering,
             namespaces=[] if clusterwide else cfg.namespaces, liveness_endpoint=cfg.liveness,
             stop_flag=stop_flag, ready_flag=ready_flag, memo=controller,
         ))

@@ -87,7 +87,10 @@ class OperatorProcess:
 
 @pytest.fixture(scope="module")
 def operator_process(crd: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(crd.kubeconfig, tmp_path_factory.mktemp("operator"), "--all-namespaces", webhook=True)
+    live = free_port()
+    op = OperatorProcess(crd.kubeconfig, tmp_path_factory.mktemp("operator"), "--all-namespaces", "--json-logs",
+                         "--liveness", f"http://127.0.0.1:{live}/healthz", webhook=True)
+    op.liveness_url = f"http://127.0.0.1:{live}/healthz"
     op.start()
     try:
         yield op

@@ -29,6 +29,15 @@ def test_crd_installed_and_served(crd) -> None:
     assert "gj" in k("api-resources", "--api-group=grpo.dev").stdout
 
 
+def test_liveness_and_json_logs(operator_process) -> None:
+    import urllib.request
+
+    with urllib.request.urlopen(operator_process.liveness_url, timeout=5) as r:
+        assert r.status == 200
+    lines = [ln for ln in operator_process.log(200).splitlines() if ln.startswith("{")]
+    assert lines and all(json.loads(ln)["level"] for ln in lines)
+
+
 def test_invalid_job_is_refused_by_the_webhook(operator_process, kubectl, k8s_namespace) -> None:
     bad = manifest("wrong-batch", gpus=3, per_device=1, num_generations=8)
     r = kubectl.apply(bad, "-n", k8s_namespace, check=False)

@@ -1,0 +1,50 @@
+"""`grpo-operator` flags (fixed contract) and chart env."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_operator import main
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ("GRPO_NAMESPACES", "GRPO_ALL_NAMESPACES", "GRPO_WEBHOOK_LISTEN", "GRPO_WEBHOOK_MANAGE", "GRPO_PEERING",
+              "GRPO_LOG_FORMAT", "GRPO_TRAINER_IMAGE", "GRPO_SCANNING"):
+        monkeypatch.delenv(k, raising=False)
+
+
+def test_fixed_flags() -> None:
+    cfg = main.parse_args(["--namespace", "a", "--namespace", "b", "--webhook-listen", "127.0.0.1:9443",
+                           "--webhook-host", "h", "--webhook-manage", "--webhook-cert-dir", "/c",
+                           "--liveness", "http://0.0.0.0:8080/healthz", "--json-logs"])
+    assert cfg.namespaces == ["a", "b"] and not cfg.all_namespaces
+    assert (cfg.webhook_listen, cfg.webhook_host, cfg.webhook_manage, cfg.webhook_cert_dir) == ("127.0.0.1:9443", "h", True, "/c")
+    assert cfg.liveness == "http://0.0.0.0:8080/healthz" and cfg.json_logs
+    assert main.parse_args(["--all-namespaces"]).all_namespaces
+
+
+def test_env_from_chart(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRPO_NAMESPACES", "x,y")
+    monkeypatch.setenv("GRPO_TRAINER_IMAGE", "img:1")
+    monkeypatch.setenv("GRPO_LOG_FORMAT", "json")
+    monkeypatch.setenv("GRPO_PEERING", "grpo")
+    monkeypatch.setenv("GRPO_SCANNING", "0")
+    cfg = main.parse_args([])
+    assert cfg.namespaces == ["x", "y"] and cfg.image == "img:1" and cfg.json_logs and cfg.peering == "grpo"
+    assert not cfg.scanning
+
+
+@pytest.mark.parametrize("argv", [[], ["--all-namespaces", "--namespace", "a"], ["-n", "a", "--webhook-manage"]])
+def test_bad_flag_combinations(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        main.parse_args(argv)
+
+
+def test_json_formatter() -> None:
+    import json
+    import logging
+
+    rec = logging.LogRecord("grpo_operator", logging.INFO, __file__, 1, "hello %s", ("x",), None)
+    out = json.loads(main.JsonFormatter().format(rec))
+    assert out["message"] == "hello x" and out["level"] == "info" and out["logger"] == "grpo_operator"
