@@ -198,7 +198,8 @@ def test_namespaced_mode_has_a_role_per_namespace_and_no_clusterwide_job_access(
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["team-a", "team-b"]
     (cr,) = by_kind(docs, "ClusterRole")  # only the webhook configuration (operator-managed)
-    assert {r for rule in cr["rules"] for r in rule["resources"]} == {"validatingwebhookconfigurations"}
+    assert {r for rule in cr["rules"] for r in rule["resources"]} == {"validatingwebhookconfigurations",
+                                                                      "mutatingwebhookconfigurations"}
     (dep,) = by_kind(docs, "Deployment")
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GRPO_NAMESPACES"] == "team-a,team-b" and env["GRPO_SCANNING"] == "0"

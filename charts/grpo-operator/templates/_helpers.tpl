@@ -115,15 +115,17 @@ The reason for each is in docs/install.md ("RBAC").
 {{- end -}}
 
 {{/*
-Operator-managed webhook configuration: kopf creates it (create cannot be limited by name: RBAC checks it before
-the object exists) and then patches only its own configuration.
+Operator-managed webhook configuration (webhook.certificates=operator): kopf creates its configuration objects
+(create cannot be limited by name: RBAC checks it before the object exists) and then patches only its own.
+kopf manages a MutatingWebhookConfiguration of the same name alongside the validating one (it stays empty: the
+operator has no mutating handlers), so it needs the same two verbs there.
 */}}
 {{- define "grpo-operator.webhookRules" -}}
 - apiGroups: ["admissionregistration.k8s.io"]
-  resources: ["validatingwebhookconfigurations"]
+  resources: ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"]
   verbs: ["create"]
 - apiGroups: ["admissionregistration.k8s.io"]
-  resources: ["validatingwebhookconfigurations"]
+  resources: ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"]
   resourceNames: [{{ include "grpo-operator.webhookConfigName" . | quote }}]
   verbs: ["patch"]
 {{- end -}}
