@@ -42,6 +42,7 @@ class Install:
         self.admin: Kubectl = cp.kubectl
         self.workdir = workdir
         self.proc: ManagedProcess | None = None
+        self.others: list[ManagedProcess] = []  # earlier replicas (HA)
         dep = by_kind(self.docs, "Deployment")[0]
         self.pod_spec = dep["spec"]["template"]["spec"]
         self.sa = self.pod_spec["serviceAccountName"]
@@ -71,14 +72,14 @@ class Install:
     def as_sa(self) -> Kubectl:
         return self.cp.kubectl_as(self.token(), f"sa-{self.release}")
 
-    def env(self, webhook_port: int, health_port: int, kubeconfig: Path) -> dict[str, str]:
+    def env(self, webhook_port: int, health_port: int, kubeconfig: Path, replica: int = 0) -> dict[str, str]:
         """The container's environment from the chart, with the addresses a local process can serve."""
         env: dict[str, str] = {}
         for e in self.pod_spec["containers"][0]["env"]:
             if "value" in e:
                 env[e["name"]] = e["value"]
             elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
-                env[e["name"]] = f"{self.release}-operator-0"
+                env[e["name"]] = f"{self.release}-operator-{replica}"
         if "GRPO_WEBHOOK_LISTEN" in env:
             env["GRPO_WEBHOOK_LISTEN"] = f"127.0.0.1:{webhook_port}"
             env["GRPO_WEBHOOK_HOST"] = "127.0.0.1"  # in the cluster: the Service's DNS name
@@ -88,14 +89,17 @@ class Install:
         return {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"), **env,
                 "KUBECONFIG": str(kubeconfig), "GRPO_RESYNC_SECONDS": "5", "GRPO_BACKOFF_BASE_SECONDS": "0.5"}
 
-    def start_operator(self) -> None:
+    def start_operator(self, replica: int = 0) -> None:
         kubeconfig = self.cp.write_kubeconfig(self.workdir / f"kubeconfig-{self.release}", self.token(), self.sa)
         self.webhook_port, self.health_port = free_port(), free_port()
         command = self.pod_spec["containers"][0]["command"]
         assert command == ["grpo-operator"]
         argv = [str(Path(sys.executable).parent / command[0])]  # the console script the image runs
-        self.proc = ManagedProcess(f"operator-{self.release}", argv, self.workdir / f"operator-{self.release}.log",
-                                   env=self.env(self.webhook_port, self.health_port, kubeconfig))
+        if self.proc is not None:
+            self.others.append(self.proc)
+        self.proc = ManagedProcess(f"operator-{self.release}-{replica}", argv,
+                                   self.workdir / f"operator-{self.release}-{replica}.log",
+                                   env=self.env(self.webhook_port, self.health_port, kubeconfig, replica))
         self.proc.start()
 
         def healthy() -> bool:
@@ -117,11 +121,12 @@ class Install:
             wait_until(webhook_configured, 60, 0.2, what="operator-managed ValidatingWebhookConfiguration")
 
     def log(self) -> str:
-        return self.proc.log_tail(400) if self.proc else ""
+        return "".join(p.log_tail(400) for p in [*self.others, self.proc] if p is not None)
 
     def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop()
+        for p in [*self.others, self.proc]:
+            if p is not None:
+                p.stop()
         if self.vwc_name:  # never leave a failurePolicy=Fail webhook pointing at a stopped process
             for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
                 self.admin("delete", kind, self.vwc_name, "--ignore-not-found", check=False)
@@ -320,26 +325,33 @@ def test_rbac_without_webhook_has_no_cluster_scoped_writes(install_factory: Any,
 
 
 def test_ha_replicas_peer_through_the_charts_peering_object(install_factory: Any, rbac_cluster: Any) -> None:
-    """replicaCount > 1: the chart sets GRPO_PEERING and creates the KopfPeering; the operator must join it (its
-    keep-alive appears in the peering object's status) with only the chart's RBAC."""
+    """replicaCount > 1: the chart sets GRPO_PEERING and creates the KopfPeering. Two replicas with only the
+    chart's RBAC must both join it (keep-alives in its status) and exactly one must handle jobs: a job still
+    runs to Succeeded (kopf pauses every peer of equal priority, so the replicas need distinct priorities)."""
     import inspect
 
     from grpo_operator import handlers, main
 
     if "GRPO_PEERING" not in inspect.getsource(handlers) + inspect.getsource(main):
-        pytest.xfail("grpo-operator ignores GRPO_PEERING (main.run always passes standalone=True): "
-                     "replicaCount > 1 would run every replica as an independent operator")
+        pytest.xfail("grpo-operator ignores GRPO_PEERING: replicaCount > 1 would run independent operators")
+    if "priority" not in inspect.getsource(main.run):
+        pytest.xfail("main.run passes no kopf priority: every replica has priority 0 and kopf pauses all peers of "
+                     "equal priority ('Pausing all operators, including self'), so no replica handles jobs")
     job_ns = "gh-jobs-" + secrets.token_hex(3)
     inst = install_factory("gh", {"replicaCount": 2, "watch": {"namespaces": [job_ns]}, "webhook": {"enabled": False}})
-    inst.start_operator()
-    peer_id = "gh-operator-0"
+    inst.start_operator(0)
+    inst.start_operator(1)
 
     def joined() -> bool:
         p = inst.admin.json("get", "kopfpeering", "grpo-operator", "-n", job_ns)
-        return peer_id in ((p or {}).get("status") or {})
+        return {"gh-operator-0", "gh-operator-1"} <= set(((p or {}).get("status") or {}))
 
     try:
-        wait_until(joined, 30, 0.3, what="keep-alive in the KopfPeering")
+        wait_until(joined, 30, 0.3, what="both replicas' keep-alives in the KopfPeering")
+        name = "ha-" + secrets.token_hex(3)
+        inst.admin("create", "-f", "-", "--validate=false", input=json.dumps(job(name, job_ns)))
+        play_kubelet(inst.admin, job_ns, name, 2)
+        wait_phase(inst.admin, job_ns, name, "Succeeded")
         assert_no_permission_errors(inst)
     except BaseException:
         print(inst.log())
