@@ -137,5 +137,9 @@ def test_sigterm_then_worker_kill_then_resume_to_the_end(tiny_config, tmp_path):
     assert r3.result["resumedFrom"].endswith(f"checkpoint-{start_from}")
     state = json.loads((out / f"checkpoint-{MAX_STEPS}" / "trainer_state.json").read_text())
     assert state["global_step"] == MAX_STEPS
+    # 4. A restart after the job already finished (e.g. another node failed in teardown) trains nothing more.
+    r4 = run(cmd, timeout=240)
+    assert r4.returncode == 0 and "already reached max_steps=8" in r4.stderr and not r4.progress, r4
+    assert not (out / f"checkpoint-{MAX_STEPS + 1}").exists()
     print(f"resume: SIGTERM run {r1.wall:.1f}s (stopped at {stopped}), killed run {r2.wall:.1f}s "
           f"(exit {r2.returncode}, killed at {killed_at}), final run {r3.wall:.1f}s (from {start_from})")

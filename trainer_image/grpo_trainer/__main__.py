@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
 
     trainer = None
     try:
-        from . import config, train
+        from . import config, preemption, train
+
+        preemption.install()
 
         cfg = config.load(ns.config)
         code, trainer = train.run(cfg)
@@ -65,13 +67,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fail(err) -> int:
-    from .exitcodes import PERMANENT
-
     line = err.line()
-    # Permanent errors are deterministic, so every rank hits the same one: print it once per node.
-    if err.code not in PERMANENT or os.environ.get("LOCAL_RANK", "0") == "0" or err.code == 1:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+    # Every rank prints its own line: under torchrun the agent may SIGKILL the others once one rank has failed.
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
     _termination_message(line)
     return err.code
 

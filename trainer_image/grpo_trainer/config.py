@@ -185,15 +185,15 @@ def grpo_kwargs(cfg: TrainerConfig, *, cuda: bool, warn=lambda msg: print(msg, f
     unknown = sorted(k for k in cfg.training if k not in fields)
     if unknown:
         raise _err(f"unknown GRPOConfig argument(s) {', '.join(unknown)} in 'training' (TRL 1.16 names, snake_case)")
+    owned = sorted(k for k in cfg.training if k in _OWNED)
+    if owned:
+        raise _err(f"'training.{owned[0]}' is set by the trainer from the job spec; remove it "
+                   "(use spec.output, spec.vllm or the reward weights instead)")
     hints = typing.get_type_hints(GRPOConfig)
     for key, value in cfg.training.items():
         expected = _type_mismatch(value, hints.get(key))
         if expected:
             raise _err(f"'training.{key}' must be {expected}, got {type(value).__name__} {value!r}")
-    owned = sorted(k for k in cfg.training if k in _OWNED)
-    if owned:
-        raise _err(f"'training.{owned[0]}' is set by the trainer from the job spec; remove it "
-                   "(use spec.output, spec.vllm or the reward weights instead)")
     kw: dict[str, Any] = dict(cfg.training)
     kw["output_dir"] = cfg.output_dir
     kw.setdefault("ddp_find_unused_parameters", False)

@@ -1,4 +1,4 @@
-"""SIGTERM handling: every rank agrees (all-reduce) to save a checkpoint at the end of the current step and stop."""
+"""SIGTERM handling: record the signal; every rank agrees (all-reduce) to save at the end of the step and stop."""
 
 from __future__ import annotations
 
@@ -6,25 +6,37 @@ import signal
 
 from transformers import TrainerCallback
 
+_requested = False
+
+
+def _handle(signum, frame):
+    global _requested
+    _requested = True
+
+
+def install() -> None:
+    """From the first moment on, SIGTERM only records the request: setup still ends with its own exit code (a
+    permanent error keeps its message), and training saves a checkpoint before it stops."""
+    signal.signal(signal.SIGTERM, _handle)
+
+
+def requested() -> bool:
+    return _requested
+
 
 class PreemptionCallback(TrainerCallback):
-    """Installs a SIGTERM handler; after a step in which any rank got SIGTERM, all ranks save and stop together."""
+    """After a step in which any rank got SIGTERM, all ranks save a checkpoint together and stop training."""
 
     def __init__(self):
-        self.requested = False  # this rank received SIGTERM
-        self.stopped = False  # training was stopped because of it (the entrypoint then exits 143)
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum, frame):
-        self.requested = True
+        self.stopped = False  # training was stopped because of SIGTERM (the entrypoint then exits 143)
 
     def _any_rank_requested(self, args) -> bool:
         import torch
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-            return self.requested
-        flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32, device=args.device)
+            return _requested
+        flag = torch.tensor([1 if _requested else 0], dtype=torch.int32, device=args.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 

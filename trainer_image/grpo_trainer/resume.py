@@ -39,3 +39,9 @@ def latest_checkpoint(output_dir: str) -> str | None:
         if os.path.isdir(path) and is_complete(path, step):
             return path
     return None
+
+
+def step_of(checkpoint: str) -> int:
+    """N of a checkpoint-N path."""
+    m = _CHECKPOINT.match(os.path.basename(os.path.normpath(checkpoint)))
+    return int(m.group(1)) if m else 0

@@ -53,13 +53,28 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     train_dataset = data.prepare_dataset(raw, cfg.dataset, chat=data.has_chat_template(tokenizer))
     # 2. GRPOConfig: runs TRL's batch check with the real world size (and initialises the process group).
     args = build_args(kwargs)
-    # 3. The model, the trainer, and the checkpoint to resume from.
+    # 3. The checkpoint to resume from; a job restarted after it already reached max_steps only re-saves the model
+    #    (resuming at max_steps would make transformers train one more step).
+    checkpoint = resume.latest_checkpoint(cfg.output_dir)
+    if checkpoint and 0 < args.max_steps <= resume.step_of(checkpoint):
+        log(f"{checkpoint} already reached max_steps={args.max_steps}; saving its model, no training")
+        if args.process_index == 0:
+            data.load_model(checkpoint).save_pretrained(cfg.output_dir)
+            tokenizer.save_pretrained(cfg.output_dir)
+            if cfg.progress:
+                emit(RESULT_PREFIX, {"step": resume.step_of(checkpoint), "maxSteps": args.max_steps, "reward": None,
+                                     "outputDir": cfg.output_dir, "checkpoint": checkpoint, "resumedFrom": checkpoint})
+        return 0, None
+    # 4. The model and the trainer.
     model = data.load_model(cfg.model, dtype=torch.bfloat16 if args.bf16 else None)
     from trl import GRPOTrainer
 
-    from .preemption import PreemptionCallback
+    from . import preemption as preempt
 
-    preemption = PreemptionCallback()
+    if preempt.requested():
+        log("SIGTERM during setup: exiting 143 (retryable) before training")
+        return PREEMPTED, None
+    preemption = preempt.PreemptionCallback()
     callbacks = [preemption]
     progress = ProgressCallback() if cfg.progress else None
     if progress is not None:
@@ -72,14 +87,13 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
             raise TrainerError(BATCH, f"TRL rejected the batch sizes at world size {_world_size()}: {e}") from None
         raise
     del model
-    checkpoint = resume.latest_checkpoint(cfg.output_dir)
     if checkpoint:
         log(f"resuming from {checkpoint}")
     started = time.monotonic()
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
     except (FileNotFoundError, KeyError, RuntimeError) as e:
-        if checkpoint and time.monotonic() - started < 600 and trainer.state.global_step <= _step_of(checkpoint) \
+        if checkpoint and time.monotonic() - started < 600 and trainer.state.global_step <= resume.step_of(checkpoint) \
                 and "checkpoint" in str(e).lower():
             raise TrainerError(CHECKPOINT, f"cannot resume from {checkpoint}: {str(e).splitlines()[0]}; "
                                            "delete that checkpoint directory to resume from an earlier one") from None
@@ -98,10 +112,3 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
                                  "checkpoint": resume.latest_checkpoint(cfg.output_dir),
                                  "resumedFrom": checkpoint})
     return 0, trainer
-
-
-def _step_of(checkpoint: str) -> int:
-    try:
-        return int(os.path.basename(checkpoint).split("-")[-1])
-    except ValueError:
-        return 0
