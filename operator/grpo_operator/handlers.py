@@ -48,6 +48,7 @@ class Config:
     webhook_host: Optional[str] = None
     webhook_manage: bool = False
     webhook_cert_dir: Optional[str] = None
+    webhook_service: Optional[str] = None  # NAMESPACE/NAME[:PORT]: register by Service reference (in-cluster)
     webhook_config_name: str = "grpo-operator.grpo.dev"
     liveness: Optional[str] = None
     json_logs: bool = False
@@ -72,6 +73,7 @@ class Config:
             webhook_host=e.get("GRPO_WEBHOOK_HOST") or None,
             webhook_manage=e.get("GRPO_WEBHOOK_MANAGE", "") in ("1", "true", "yes"),
             webhook_cert_dir=e.get("GRPO_WEBHOOK_CERT_DIR") or None,
+            webhook_service=e.get("GRPO_WEBHOOK_SERVICE") or None,
             webhook_config_name=e.get("GRPO_WEBHOOK_CONFIG_NAME", "grpo-operator.grpo.dev"),
             liveness=e.get("GRPO_LIVENESS") or None,
             json_logs=e.get("GRPO_LOG_FORMAT", "") == "json",
@@ -472,7 +474,8 @@ def settings_for(cfg: Config) -> kopf.OperatorSettings:
     if cfg.webhook_listen:
         from . import webhook
 
-        settings.admission.server = webhook.server(cfg.webhook_listen, cfg.webhook_host, cfg.webhook_cert_dir)
+        settings.admission.server = webhook.server(cfg.webhook_listen, cfg.webhook_host, cfg.webhook_cert_dir,
+                                                   cfg.webhook_service)
         if cfg.webhook_manage:
             settings.admission.managed = cfg.webhook_config_name
     return settings

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import logging
+import random
 import sys
 from typing import Any, Optional, Sequence
 
@@ -60,6 +61,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> handlers.Config:
                    help="create/patch the ValidatingWebhookConfiguration (URL + caBundle) ourselves")
     p.add_argument("--webhook-cert-dir", metavar="DIR",
                    help="tls.crt/tls.key[/ca.crt] (e.g. from cert-manager); default: generate a CA and certificate")
+    p.add_argument("--webhook-service", metavar="NS/NAME[:PORT]",
+                   help="with --webhook-manage: register the webhook by this Service reference instead of a URL "
+                        "(env GRPO_WEBHOOK_SERVICE; what in-cluster installs need)")
     p.add_argument("--liveness", metavar="URL", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     p.add_argument("--log-format", choices=["text", "json"], help="log format (env GRPO_LOG_FORMAT)")
     p.add_argument("--json-logs", action="store_true", default=None, help="same as --log-format=json")
@@ -72,7 +76,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> handlers.Config:
         cfg.namespaces = a.namespaces
     if a.all_namespaces:
         cfg.all_namespaces = True
-    for attr in ("webhook_listen", "webhook_host", "webhook_cert_dir", "liveness", "log_level"):
+    for attr in ("webhook_listen", "webhook_host", "webhook_cert_dir", "webhook_service", "liveness", "log_level"):
         if getattr(a, attr):
             setattr(cfg, attr, getattr(a, attr))
     if a.webhook_manage:
@@ -101,6 +105,8 @@ def run(cfg: handlers.Config, stop_flag: Optional[Any] = None, ready_flag: Optio
 
     registry, settings, controller = handlers.build(cfg)
     clusterwide = cfg.all_namespaces
+    # kopf pauses every peer of equal priority; a random one makes exactly one replica active.
+    priority = random.SystemRandom().randint(1, 2**31) if cfg.peering else 0
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
@@ -108,7 +114,7 @@ def run(cfg: handlers.Config, stop_flag: Optional[Any] = None, ready_flag: Optio
             registry=registry, settings=settings, clusterwide=clusterwide,
             standalone=cfg.peering is None, peering_name=cfg.peering,
             namespaces=[] if clusterwide else cfg.namespaces, liveness_endpoint=cfg.liveness,
-            stop_flag=stop_flag, ready_flag=ready_flag, memo=controller,
+            stop_flag=stop_flag, ready_flag=ready_flag, memo=controller, priority=priority,
         ))
     finally:
         loop.close()

@@ -86,18 +86,62 @@ def register(registry: Any) -> None:
             raise kopf.AdmissionError(r.message, code=r.code)
 
 
-def server(listen: str, host: Optional[str], cert_dir: Optional[str]) -> Any:
-    """A kopf.WebhookServer on ADDR:PORT with our certificates (generated unless `cert_dir`)."""
+def parse_service(ref: str) -> tuple[str, str, int]:
+    """'NAMESPACE/NAME[:PORT]' → (namespace, name, port); port defaults to 443."""
+    ns, sep, rest = ref.partition("/")
+    name, _, port = rest.partition(":")
+    if not sep or not ns or not name:
+        raise ValueError(f"webhook service must be NAMESPACE/NAME[:PORT], got {ref!r}")
+    return ns, name, int(port or 443)
+
+
+def _service_server_class() -> Any:
+    import kopf
+
+    class ServiceWebhookServer(kopf.WebhookServer):
+        """Registers the webhook by Service reference instead of URL.
+
+        In a cluster the API server often cannot resolve `<svc>.<ns>.svc` (it runs outside the cluster DNS), but it
+        always reaches a Service reference through its own service proxy.
+        """
+
+        def __init__(self, *args: Any, service: tuple[str, str, int], **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.service = service
+
+        async def __call__(self, fn: Any) -> Any:
+            ns, name, port = self.service
+            async for client_config in super().__call__(fn):
+                config = {k: v for k, v in client_config.items() if k != "url"}
+                config["service"] = {"namespace": ns, "name": name, "port": port, "path": self.path or "/"}
+                yield config
+
+    return ServiceWebhookServer
+
+
+def server(listen: str, host: Optional[str], cert_dir: Optional[str], service: Optional[str] = None) -> Any:
+    """A kopf.WebhookServer on ADDR:PORT with our certificates (generated unless `cert_dir`).
+
+    With `service` ('NAMESPACE/NAME[:PORT]') the managed configuration points at that Service instead of a URL.
+    """
     import kopf
 
     addr, _, port = listen.rpartition(":")
     addr = addr.strip("[]") or "0.0.0.0"
     dial_host = host or (addr if addr not in ("0.0.0.0", "::") else "127.0.0.1")
+    svc = parse_service(service) if service else None
+    names = [dial_host] + ([addr] if addr not in ("0.0.0.0", "::") else [])
+    if svc:
+        ns, name, _ = svc
+        names += [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
     if cert_dir:
         files = certs.from_dir(cert_dir)
     else:
         tmp = tempfile.mkdtemp(prefix="grpo-webhook-certs-")
-        files = certs.generate(tmp, [dial_host, addr] if addr not in ("0.0.0.0", "::") else [dial_host])
-        log.info("generated a webhook CA and serving certificate for %s in %s", dial_host, tmp)
-    return kopf.WebhookServer(addr=addr, port=int(port), host=dial_host, certfile=str(files.certfile),
-                              pkeyfile=str(files.keyfile), cafile=str(files.cafile) if files.cafile else None)
+        files = certs.generate(tmp, list(dict.fromkeys(names)))
+        log.info("generated a webhook CA and serving certificate for %s in %s", ", ".join(dict.fromkeys(names)), tmp)
+    kwargs = dict(addr=addr, port=int(port), host=dial_host, certfile=str(files.certfile),
+                  pkeyfile=str(files.keyfile), cafile=str(files.cafile) if files.cafile else None)
+    if svc:
+        return _service_server_class()(service=svc, **kwargs)
+    return kopf.WebhookServer(**kwargs)

@@ -185,6 +185,7 @@ def test_default_is_clusterwide_with_operator_managed_webhook() -> None:
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GRPO_ALL_NAMESPACES"] == "true" and env["GRPO_WEBHOOK_MANAGE"] == "true"
     assert env["GRPO_WEBHOOK_HOST"] == "grpo-grpo-operator-webhook.grpo-system.svc"
+    assert env["GRPO_WEBHOOK_SERVICE"] == "grpo-system/grpo-grpo-operator-webhook:9443"
     assert env["GRPO_WEBHOOK_CONFIG_NAME"] == "grpo-grpo-operator.grpo.dev"
     assert env["GRPO_TRAINER_IMAGE"] == "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
     assert "GRPO_PEERING" not in env and dep["spec"]["strategy"]["type"] == "Recreate"

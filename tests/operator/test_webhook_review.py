@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import ssl
 
+import pytest
+
 from gjhelpers import job_body
 
 from grpo_operator import certs, validation, webhook
@@ -122,3 +124,22 @@ def test_generated_certificates_verify_for_the_host(tmp_path) -> None:
     cert = x509.load_pem_x509_certificate(files.certfile.read_bytes())
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "grpo-operator.ns.svc" in sans.get_values_for_type(x509.DNSName)
+
+
+@pytest.mark.asyncio
+async def test_service_reference_server_registers_by_service(tmp_path):
+    """In-cluster installs register the webhook by Service reference (API servers often can't resolve .svc)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = webhook.server(f"127.0.0.1:{port}", "127.0.0.1", None, "grpo-system/grpo-webhook:9443")
+    async with srv:
+        gen = srv(lambda *a, **k: None)
+        config = await gen.__anext__()
+        await gen.aclose()
+    assert "url" not in config and config["caBundle"]
+    assert config["service"] == {"namespace": "grpo-system", "name": "grpo-webhook", "port": 9443, "path": "/"}
+    with pytest.raises(ValueError):
+        webhook.parse_service("no-namespace")
