@@ -54,6 +54,8 @@ class TrainerConfig:
     output_dir: str
     progress: bool = False
     job_name: str = ""
+    job_namespace: str = ""
+    metrics_port: int = 0  # progress.metricsPort: serve Prometheus metrics here (local rank 0); 0 = off
 
 
 def _err(msg: str) -> TrainerError:
@@ -129,10 +131,14 @@ def parse(doc: Any) -> TrainerConfig:
         raise _err("'vllm.serverHost' is required in server mode (the operator sets it to the vLLM server Service)")
     output_dir = _req(doc, "outputDir", "", str)
     progress = _opt(doc, "progress", "", dict, {})
+    metrics_port = _opt(progress, "metricsPort", "progress.", int, 0)
+    if not 0 <= metrics_port <= 65535:
+        raise _err(f"'progress.metricsPort' must be a port number (0 = off), got {metrics_port}")
     job = _opt(doc, "job", "", dict, {})
     return TrainerConfig(
         model=model, dataset=dataset, rewards=tuple(rewards), training=dict(training), vllm=vllm,
         output_dir=output_dir, progress=bool(progress.get("enabled", False)), job_name=str(job.get("name") or ""),
+        job_namespace=str(job.get("namespace") or ""), metrics_port=metrics_port,
     )
 
 

@@ -1,10 +1,13 @@
-"""A TrainerCallback that prints `GRPO_PROGRESS {json}` lines (global rank 0 only) for the CLI's progress bar."""
+"""A TrainerCallback that reports progress at every logging step (global rank 0 only): `GRPO_PROGRESS {json}` lines
+on stdout (for `grpojob run --local`'s progress bar) and the Prometheus gauges of metrics.py (for the operator's
+status.progress and for Prometheus). Both come from the same record."""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
+from collections import deque
 
 from transformers import TrainerCallback
 
@@ -14,6 +17,7 @@ RESULT_PREFIX = "GRPO_RESULT "
 # progress field -> TRL log key
 _FIELDS = {"reward": "reward", "rewardStd": "reward_std", "kl": "kl", "completionLength": "completions/mean_length",
            "learningRate": "learning_rate", "loss": "loss", "epoch": "epoch"}
+RATE_WINDOW = 8  # logging steps over which tokens/s and the ETA are averaged
 
 
 def _number(value):
@@ -30,25 +34,63 @@ def emit(prefix: str, record: dict, stream=None) -> None:
     stream.flush()
 
 
-class ProgressCallback(TrainerCallback):
-    """On every log event, one JSON line {step, maxSteps, reward, rewardStd, kl, completionLength, learningRate,
-    loss, epoch, elapsed}; fields TRL did not log are null."""
+def reward_stats(logs: dict, stat: str = "mean") -> dict:
+    """TRL's per-function logs `rewards/<name>/<stat>` → {name: value} (non-finite values → None)."""
+    out = {}
+    for key, value in logs.items():
+        if key.startswith("rewards/") and key.endswith("/" + stat):
+            out[key[len("rewards/"):-len(stat) - 1]] = _number(value)
+    return out
 
-    def __init__(self, stream=None):
+
+class ProgressCallback(TrainerCallback):
+    """On every log event, one record {step, maxSteps, reward, rewardStd, rewards, kl, completionLength,
+    learningRate, loss, epoch, tokensPerSecond, etaSeconds, elapsed, timestamp}; fields TRL did not log are null.
+
+    `print_lines`: write GRPO_PROGRESS lines to stdout; `metrics`: a metrics.TrainerMetrics to update (either may be
+    off). tokens/s and the ETA come from the last RATE_WINDOW logging steps of *this* process, so after a resume from
+    a checkpoint they reflect the current speed, not the steps the checkpoint already had."""
+
+    def __init__(self, stream=None, *, print_lines: bool = True, metrics=None):
         self.stream = stream
+        self.print_lines = print_lines
+        self.metrics = metrics
         self.start = time.monotonic()
         self.last: dict = {}
+        self.window: deque = deque(maxlen=RATE_WINDOW + 1)  # (monotonic time, step, tokens seen)
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.monotonic()
+        self.window.clear()
+        self.window.append((self.start, state.global_step, _number(getattr(state, "num_input_tokens_seen", None))))
+        if self.metrics is not None and state.is_world_process_zero:
+            self.metrics.begin(state.global_step, state.max_steps)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
         if "reward" not in logs and "loss" not in logs:
             return  # the final train summary (train_runtime, ...) is not a step
+        now = time.monotonic()
         record = {"step": state.global_step, "maxSteps": state.max_steps}
         record.update({field: _number(logs.get(key)) for field, key in _FIELDS.items()})
-        record["elapsed"] = round(time.monotonic() - self.start, 3)
+        record["rewards"] = reward_stats(logs, "mean")
+        record["rewardStds"] = reward_stats(logs, "std")
+        tokens = _number(logs.get("num_tokens"))
+        if tokens is None:
+            tokens = _number(getattr(state, "num_input_tokens_seen", None))
+        self.window.append((now, state.global_step, tokens))
+        t0, s0, k0 = self.window[0]
+        dt = now - t0
+        record["tokensPerSecond"] = round((tokens - k0) / dt, 3) if tokens is not None and k0 is not None and dt > 0 \
+            and tokens >= k0 else None
+        steps = state.global_step - s0
+        left = state.max_steps - state.global_step if state.max_steps and state.max_steps > 0 else None
+        record["etaSeconds"] = round(dt / steps * left, 1) if steps > 0 and left is not None and left >= 0 else None
+        record["elapsed"] = round(now - self.start, 3)
+        record["timestamp"] = round(time.time(), 3)
         self.last = record
         if state.is_world_process_zero:
-            emit(PREFIX, record, self.stream)
+            if self.print_lines:
+                emit(PREFIX, record, self.stream)
+            if self.metrics is not None:
+                self.metrics.update(record)

@@ -41,6 +41,10 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     import torch
 
     cuda = torch.cuda.is_available()
+    # 0. Metrics first (local rank 0 of each node): the operator finds the rank-0 pod while the model loads.
+    from . import metrics as metrics_mod
+
+    metrics = metrics_mod.start(cfg.metrics_port, cfg.job_name, cfg.job_namespace)
     # 1. Cheap checks first, before any model is loaded: argument names, rewards import, tokenizer, dataset columns.
     kwargs = grpo_kwargs(cfg, cuda=cuda)
     from trl import GRPOConfig
@@ -76,7 +80,8 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
         return PREEMPTED, None
     preemption = preempt.PreemptionCallback()
     callbacks = [preemption]
-    progress = ProgressCallback() if cfg.progress else None
+    progress = ProgressCallback(print_lines=cfg.progress, metrics=metrics) \
+        if cfg.progress or metrics is not None else None
     if progress is not None:
         callbacks.append(progress)
     try:
