@@ -358,12 +358,14 @@ class ProgressStatus(BaseModel):
     maxSteps: Optional[int] = Field(default=None, description="Total steps.")
     reward: Optional[float] = Field(default=None, description="Mean reward at the last logging step.")
     rewardStd: Optional[float] = Field(default=None, description="Reward standard deviation.")
+    rewards: Optional[dict[str, float]] = Field(
+        default=None, description="Mean of each reward function at the last logging step (unweighted), by name.")
     kl: Optional[float] = Field(default=None, description="KL to the reference model.")
     completionLength: Optional[float] = Field(default=None, description="Mean completion length (tokens).")
     learningRate: Optional[float] = Field(default=None, description="Learning rate.")
     tokensPerSecond: Optional[float] = Field(default=None, description="Training throughput.")
     etaSeconds: Optional[float] = Field(default=None, description="Estimated seconds left.")
-    updateTime: Optional[str] = Field(default=None, description="When this progress was reported.")
+    updateTime: Optional[str] = Field(default=None, description="When the trainer logged this step (RFC 3339).")
     display: Optional[str] = Field(default=None, description="step/maxSteps, for the STEP column.")
 
 

@@ -12,6 +12,10 @@ How pods are followed (and why):
     lifecycle.decide(), then writes: status first (a merge patch on the status subresource, only when it
     differs), then Events, deletions, creations. Timers (backoff, deadline, TTL) and a periodic resync of
     every job re-kick it, so status converges even when a write or an event was lost.
+  * live progress: every GRPO_PROGRESS_INTERVAL_SECONDS a background task GETs /metrics of the running jobs'
+    trainer pods (a second index holds their pod IP and `metrics` port; only the known global-rank-0 pod once it
+    is found), turns the text into status.progress (progress.py, pure) and kicks the job's reconciler, which puts it
+    into the status write: for free when the status changes anyway, else at most once per interval per job.
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import aiohttp
 import kopf
 
 from . import api, kube, lifecycle, manifests, validation
+from . import metrics as opmetrics
+from . import progress as progress_mod
 
 log = logging.getLogger("grpo_operator")
 
@@ -57,6 +64,9 @@ class Config:
     max_concurrent_writes: int = 64
     controller: bool = True  # False: webhook only
     peering: Optional[str] = None  # kopf peering object name (HA: one active replica); None: standalone
+    progress_interval: float = 15.0  # seconds between progress scrapes, and the least between progress-only writes
+    metrics_listen: Optional[str] = None  # ADDR:PORT of the operator's /metrics; None: off
+    trainer_metrics_port: int = manifests.DEFAULT_METRICS_PORT  # rendered into new jobs' pods and config; 0: off
 
     @classmethod
     def from_env(cls, env: Optional[dict[str, str]] = None) -> "Config":
@@ -81,6 +91,9 @@ class Config:
             scanning=e.get("GRPO_SCANNING", "1") not in ("0", "false", "no"),
             max_concurrent_writes=int(e.get("GRPO_MAX_CONCURRENT_WRITES", "64")),
             peering=e.get("GRPO_PEERING") or None,
+            progress_interval=float(e.get("GRPO_PROGRESS_INTERVAL_SECONDS", "15")),
+            metrics_listen=e.get("GRPO_METRICS_LISTEN") or None,
+            trainer_metrics_port=int(e.get("GRPO_TRAINER_METRICS_PORT", str(manifests.DEFAULT_METRICS_PORT))),
         )
 
 
@@ -89,6 +102,20 @@ def _rv(body: Any) -> Optional[int]:
         return int((body.get("metadata") or {}).get("resourceVersion"))
     except (TypeError, ValueError):
         return None
+
+
+def endpoint_of_pod(meta: Any, spec: Any, status: Any) -> progress_mod.Endpoint:
+    """Where a trainer pod serves its metrics: status.podIP and the trainer container's port named `metrics`."""
+    port = None
+    for c in (spec or {}).get("containers") or []:
+        for p in c.get("ports") or []:
+            if p.get("name") == manifests.METRICS_PORT_NAME and isinstance(p.get("containerPort"), int):
+                port = p["containerPort"]
+    ann = meta.get("annotations") or {}
+    return progress_mod.Endpoint(
+        pod=meta.get("name", ""), ip=(status or {}).get("podIP") or None, port=port,
+        attempt=lifecycle._int(ann.get(manifests.ANNOTATION_ATTEMPT), 0),
+        running=(status or {}).get("phase") == "Running" and not meta.get("deletionTimestamp"))
 
 
 def job_key_of_pod(meta: Any) -> Optional[str]:
@@ -102,6 +129,20 @@ def job_key_of_pod(meta: Any) -> Optional[str]:
     return (meta.get("labels") or {}).get(manifests.LABEL_JOB)
 
 
+@dataclass
+class ProgressState:
+    """In memory, per job: the latest scraped progress and when progress was last written (not kept in the cluster:
+    after an operator restart the first change is written at once)."""
+
+    latest: Optional[dict[str, Any]] = None
+    last_write: Optional[float] = None  # monotonic
+    rank0_pod: Optional[str] = None
+    attempt: Optional[int] = None
+
+
+MAX_METRICS_BYTES = 1 << 20
+
+
 class Controller:
     """Per-operator state: the job cache, the pod index, expectations and the reconcile tasks."""
 
@@ -110,6 +151,10 @@ class Controller:
         self.kube: Optional[kube.Kube] = None
         self.jobs: dict[Key, dict[str, Any]] = {}
         self.pods_index: Any = None  # kopf.Index: Key -> Store[PodInfo]
+        self.endpoints_index: Any = None  # kopf.Index: Key -> Store[progress.Endpoint] (trainer pods)
+        self._progress: dict[Key, ProgressState] = {}
+        self._progress_task: Optional[asyncio.Task[None]] = None
+        self._http: Optional[aiohttp.ClientSession] = None
         # bounded: a parsed spec is ~15 KB and validation takes ~0.4 ms, so only recently active jobs are kept
         self._vcache: "OrderedDict[Key, tuple[Any, validation.ValidationResult]]" = OrderedDict()
         self._expect_create: dict[Key, dict[str, tuple[int, float]]] = {}
@@ -152,6 +197,7 @@ class Controller:
         self._expect_create.pop(key, None)
         self._foreign.pop(key, None)
         self._errors.pop(key, None)
+        self._progress.pop(key, None)
         t = self._timers.pop(key, None)
         if t is not None:
             t[1].cancel()
@@ -159,6 +205,7 @@ class Controller:
     async def _run(self, key: Key) -> None:
         while True:
             self._dirty.discard(key)
+            t0 = time.perf_counter()
             try:
                 await self.reconcile(key)
                 self._errors.pop(key, None)
@@ -167,10 +214,13 @@ class Controller:
             except Exception as exc:  # noqa: BLE001 — level-triggered: retry the whole pass later
                 n = self._errors[key] = self._errors.get(key, 0) + 1
                 self.stats["errors"] += 1
+                opmetrics.RECONCILE_ERRORS.inc()
                 delay = min(0.2 * 2 ** min(n, 8), 30.0) * (0.75 + random.random() / 2)
                 log.warning("reconcile %s/%s failed (%s: %s); retrying in %.1fs", key[0], key[1],
                             type(exc).__name__, exc, delay)
                 self.kick_later(key, delay)
+            finally:
+                opmetrics.RECONCILE_DURATION.observe(time.perf_counter() - t0)
             if key not in self._dirty:
                 return
 
@@ -183,6 +233,8 @@ class Controller:
     def ensure_background(self) -> None:
         if self._resync_task is None or self._resync_task.done():
             self._resync_task = asyncio.get_running_loop().create_task(self.resync_forever(), name="resync")
+        if self.config.progress_interval > 0 and (self._progress_task is None or self._progress_task.done()):
+            self._progress_task = asyncio.get_running_loop().create_task(self.progress_forever(), name="progress")
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.config.max_concurrent_writes)
 
@@ -262,7 +314,9 @@ class Controller:
             creating = False
         try:
             if dec.status is not None:
-                patch = lifecycle.status_patch(lifecycle._clean(view.status), dec.status)
+                old = lifecycle._clean(view.status)
+                carried = self._carry_progress(key, old, dec.status)
+                patch = progress_mod.fix_progress_patch(lifecycle.status_patch(old, dec.status), old)
                 if patch:
                     try:
                         async with self._sem_ctx():
@@ -271,6 +325,13 @@ class Controller:
                         self.forget(key)
                         return
                     self.stats["status_writes"] += 1
+                    carried = carried and "progress" in patch
+                    opmetrics.STATUS_WRITES.labels(progress="true" if carried else "false").inc()
+                    if carried:
+                        self._progress.setdefault(key, ProgressState()).last_write = time.monotonic()
+                    new_restarts = int(dec.status.get("restarts") or 0)
+                    if dec.status.get("phase") == lifecycle.RESTARTING and new_restarts > int(old.get("restarts") or 0):
+                        opmetrics.RESTARTS.labels(reason=str(dec.status.get("lastFailureReason") or "Unknown")).inc()
                     if isinstance(resp, dict) and (resp.get("metadata") or {}).get("uid") == uid:
                         self.observe_job(resp)
         finally:
@@ -303,6 +364,100 @@ class Controller:
             cutoff = now - 60
             self._expect_delete = {k2: t for k2, t in self._expect_delete.items() if t > cutoff}
 
+    # ------------------------------------------------------------------ progress
+    def _carry_progress(self, key: Key, old: dict[str, Any], desired: dict[str, Any]) -> bool:
+        """Put the latest scraped progress into `desired` when progress.decide_write allows; else, if only the rate
+        limit held it back, come back when it allows."""
+        ps = self._progress.get(key)
+        if ps is None or ps.latest is None:
+            return False
+        wd = progress_mod.decide_write(old.get("progress"), ps.latest,
+                                       writing_anyway=lifecycle.status_patch(old, desired) is not None,
+                                       last_write=ps.last_write, now=time.monotonic(),
+                                       interval=self.config.progress_interval)
+        if wd.include:
+            desired["progress"] = copy.deepcopy(ps.latest)
+            return True
+        if wd.retry_after is not None:
+            self.kick_later(key, wd.retry_after + 0.05)
+        return False
+
+    async def progress_forever(self) -> None:
+        interval = self.config.progress_interval
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        while True:
+            due += interval
+            await asyncio.sleep(max(due - loop.time(), 0.0))
+            due = max(due, loop.time() - interval)  # after a long stall, do not burst to catch up
+            try:
+                await self.scrape_running_jobs()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 — progress is best effort; the next round tries again
+                log.warning("progress scrape round failed: %s: %s", type(exc).__name__, exc)
+
+    async def scrape_running_jobs(self) -> None:
+        keys = [k for k, b in list(self.jobs.items()) if (b.get("status") or {}).get("phase") == lifecycle.RUNNING]
+        if keys:
+            sem = asyncio.Semaphore(64)
+            await asyncio.gather(*(self._scrape_job(k, sem) for k in keys))
+
+    async def _scrape_job(self, key: Key, sem: asyncio.Semaphore) -> None:
+        body = self.jobs.get(key)
+        if body is None:
+            return
+        st = body.get("status") or {}
+        attempt = lifecycle._int(st.get("restarts"), 0)
+        eps = list(self.endpoints_index[key]) if self.endpoints_index is not None and key in self.endpoints_index else []
+        ps = self._progress.setdefault(key, ProgressState())
+        if ps.attempt != attempt:
+            ps.attempt, ps.rank0_pod = attempt, None
+        targets = progress_mod.endpoints_to_scrape(eps, attempt, ps.rank0_pod)
+        if not targets:
+            return
+        async with sem:
+            found = await asyncio.gather(*(self._fetch_metrics(e) for e in targets))
+        chosen = progress_mod.choose_rank0(s for s in found if s is not None)
+        if chosen is None:
+            if any(s is not None for s in found):
+                opmetrics.PROGRESS_SCRAPES.labels(result="no_rank0").inc()
+            ps.rank0_pod = None  # look at every pod next round
+            return
+        ps.rank0_pod = chosen.pod
+        current = st.get("progress")
+        new = progress_mod.to_progress(chosen, previous=ps.latest or current)
+        if new is None:
+            return
+        ps.latest = new
+        if new != current and key in self.jobs:
+            self.kick(key)
+
+    async def _fetch_metrics(self, ep: progress_mod.Endpoint) -> Optional[progress_mod.Scrape]:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(trust_env=False, connector=aiohttp.TCPConnector(limit=64))
+        timeout = aiohttp.ClientTimeout(total=min(5.0, max(1.0, self.config.progress_interval / 3)))
+        result = "ok"
+        try:
+            async with self._http.get(ep.url, timeout=timeout, allow_redirects=False) as resp:
+                if resp.status != 200:
+                    result = "http"
+                    return None
+                raw = await resp.content.read(MAX_METRICS_BYTES)
+            try:
+                return progress_mod.parse_metrics(raw.decode("utf-8", "replace"), ep.pod)
+            except progress_mod.MetricsParseError:
+                result = "parse"
+                return None
+        except asyncio.TimeoutError:
+            result = "timeout"
+            return None
+        except (aiohttp.ClientError, OSError):
+            result = "connection"
+            return None
+        finally:
+            opmetrics.PROGRESS_SCRAPES.labels(result=result).inc()
+
     class _NullCtx:
         async def __aenter__(self) -> None:
             return None
@@ -327,7 +482,8 @@ class Controller:
         assert self.kube is not None and res.job is not None and res.topology is not None
         ns, name = key
         uid = (body.get("metadata") or {}).get("uid", "")
-        objs = manifests.render(res.job, res.topology, ns, uid=uid, image=self.config.image, attempt=attempt)
+        objs = manifests.render(res.job, res.topology, ns, uid=uid, image=self.config.image, attempt=attempt,
+                                metrics_port=self.config.trainer_metrics_port)
         wanted = set(pod_names)
         support = [o for o in objs if o["kind"] != "Pod"]
         pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["name"] in wanted]
@@ -423,6 +579,10 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
     async def cleanup(**_: Any) -> None:
         if controller._resync_task is not None:
             controller._resync_task.cancel()
+        if controller._progress_task is not None:
+            controller._progress_task.cancel()
+        if controller._http is not None:
+            await controller._http.close()
         for t in list(controller._tasks.values()):
             t.cancel()
         if controller.kube is not None:
@@ -439,9 +599,17 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
             return None
         return {(namespace or "", job): lifecycle.summarize_pod(body)}
 
+    @kopf.index("v1", "pods", labels=selector, id="grpo_endpoints", registry=registry)
+    async def grpo_endpoints(meta: Any, spec: Any, status: Any, namespace: Optional[str], **_: Any) -> Any:
+        job = job_key_of_pod(meta)
+        if not job or (meta.get("labels") or {}).get(manifests.LABEL_ROLE, lifecycle.ROLE_TRAINER) != lifecycle.ROLE_TRAINER:
+            return None
+        return {(namespace or "", job): endpoint_of_pod(meta, spec, status)}
+
     @kopf.on.event("v1", "pods", labels=selector, registry=registry)
-    async def pod_event(meta: Any, namespace: Optional[str], grpo_pods: Any, **_: Any) -> None:
+    async def pod_event(meta: Any, namespace: Optional[str], grpo_pods: Any, grpo_endpoints: Any, **_: Any) -> None:
         controller.pods_index = grpo_pods
+        controller.endpoints_index = grpo_endpoints
         controller.ensure_background()
         job = job_key_of_pod(meta)
         if job:
@@ -450,8 +618,9 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
                 controller.kick(key)
 
     @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
-    async def job_event(event: Any, body: Any, grpo_pods: Any, **_: Any) -> None:
+    async def job_event(event: Any, body: Any, grpo_pods: Any, grpo_endpoints: Any, **_: Any) -> None:
         controller.pods_index = grpo_pods
+        controller.endpoints_index = grpo_endpoints
         controller.ensure_background()
         raw = copy.deepcopy(dict(body))
         meta = raw.get("metadata") or {}
@@ -484,6 +653,7 @@ def settings_for(cfg: Config) -> kopf.OperatorSettings:
 def build(cfg: Config) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, Controller]:
     registry = kopf.OperatorRegistry()
     controller = Controller(cfg)
+    opmetrics.track_jobs(lambda: list(controller.jobs.values()))
     register(registry, controller)
     if cfg.webhook_listen:
         from . import webhook

@@ -16,6 +16,7 @@ from urllib.parse import quote, urlencode
 import aiohttp
 
 from . import api
+from . import metrics as opmetrics
 
 log = logging.getLogger("grpo_operator.kube")
 
@@ -88,24 +89,34 @@ class Kube:
             url += "?" + urlencode(params)
         data = None if body is None else json.dumps(body)
         for attempt in (0, 1):
-            async with self.session.request(method, url, data=data,
-                                            headers={"Content-Type": content_type, "Accept": "application/json"}) as resp:
-                text = await resp.text()
-                if resp.status == 401 and attempt == 0 and self._relogin is not None:
-                    async with self._lock:
-                        self._info = await self._relogin()
-                        await self.close()
-                    continue
-                try:
-                    payload = json.loads(text) if text else None
-                except ValueError:
-                    payload = text
-                if resp.status < 400:
-                    return payload
-                msg = payload.get("message", text) if isinstance(payload, dict) else text
-                reason = payload.get("reason", resp.reason or "") if isinstance(payload, dict) else (resp.reason or "")
-                cls = NotFound if resp.status == 404 else Conflict if resp.status == 409 else ApiError
-                raise cls(resp.status, reason, str(msg)[:2000], payload)
+            try:
+                async with self.session.request(method, url, data=data,
+                                                headers={"Content-Type": content_type, "Accept": "application/json"}) as resp:
+                    text = await resp.text()
+                    status, http_reason = resp.status, resp.reason
+            except asyncio.TimeoutError:
+                opmetrics.api_error(method, "timeout")
+                raise
+            except aiohttp.ClientError:
+                opmetrics.api_error(method, "connection")
+                raise
+            if status >= 400:
+                opmetrics.api_error(method, status)
+            if status == 401 and attempt == 0 and self._relogin is not None:
+                async with self._lock:
+                    self._info = await self._relogin()
+                    await self.close()
+                continue
+            try:
+                payload = json.loads(text) if text else None
+            except ValueError:
+                payload = text
+            if status < 400:
+                return payload
+            msg = payload.get("message", text) if isinstance(payload, dict) else text
+            reason = payload.get("reason", http_reason or "") if isinstance(payload, dict) else (http_reason or "")
+            cls = NotFound if status == 404 else Conflict if status == 409 else ApiError
+            raise cls(status, reason, str(msg)[:2000], payload)
         raise ApiError(401, "Unauthorized", "unauthorized after re-login")
 
     # ---- verbs

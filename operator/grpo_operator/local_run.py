@@ -50,12 +50,18 @@ def _fmt_seconds(s: Optional[float]) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:02d}:{s % 60:02d}"
 
 
+def _fmt_rate(r: float) -> str:
+    return f"{r / 1000:.1f}k" if r >= 10000 else f"{r:.0f}"
+
+
 def progress_line(rec: dict[str, Any], width: int = 24) -> str:
     step, total = rec.get("step") or 0, rec.get("maxSteps") or 0
     frac = min(step / total, 1.0) if total else 0.0
     bar = "█" * int(frac * width) + "·" * (width - int(frac * width))
     elapsed = rec.get("elapsed")
-    eta = (elapsed / step * (total - step)) if elapsed and step and total else None
+    eta = rec.get("etaSeconds")  # the trainer's, from its recent step rate (right after a resume too)
+    if eta is None:
+        eta = (elapsed / step * (total - step)) if elapsed and step and total else None
     reward = rec.get("reward")
     parts = [f"[{bar}] step {step}/{total or '?'}"]
     if reward is not None:
@@ -65,6 +71,8 @@ def progress_line(rec: dict[str, Any], width: int = 24) -> str:
         parts.append(f"kl {rec['kl']:.4f}")
     if rec.get("completionLength") is not None:
         parts.append(f"len {rec['completionLength']:.1f}")
+    if rec.get("tokensPerSecond") is not None:
+        parts.append(f"{_fmt_rate(rec['tokensPerSecond'])} tok/s")
     parts.append(f"elapsed {_fmt_seconds(elapsed)} eta {_fmt_seconds(eta)}")
     return "  ".join(parts)
 

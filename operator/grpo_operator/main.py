@@ -71,6 +71,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> handlers.Config:
     p.add_argument("--trainer-image", help="default trainer image (env GRPO_TRAINER_IMAGE)")
     p.add_argument("--no-controller", action="store_true", help="serve only the webhook")
     p.add_argument("--peering", metavar="NAME", help="kopf peering object for HA (env GRPO_PEERING); default standalone")
+    p.add_argument("--metrics-listen", metavar="ADDR:PORT",
+                   help="serve the operator's Prometheus metrics at /metrics here (env GRPO_METRICS_LISTEN), "
+                        "e.g. 0.0.0.0:8081")
+    p.add_argument("--progress-interval", type=float, metavar="SECONDS",
+                   help="scrape running trainers' metrics this often and write status.progress at most this often "
+                        "per job (env GRPO_PROGRESS_INTERVAL_SECONDS, default 15; 0: no live progress)")
+    p.add_argument("--trainer-metrics-port", type=int, metavar="PORT",
+                   help="port of the trainer pods' /metrics for new jobs (env GRPO_TRAINER_METRICS_PORT, default "
+                        "9400; 0: trainers serve no metrics)")
     a = p.parse_args(argv)
     if a.namespaces:
         cfg.namespaces = a.namespaces
@@ -91,6 +100,23 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> handlers.Config:
         cfg.peering = a.peering
     if a.no_controller:
         cfg.controller = False
+    if a.metrics_listen:
+        cfg.metrics_listen = a.metrics_listen
+    if a.progress_interval is not None:
+        cfg.progress_interval = a.progress_interval
+    if a.trainer_metrics_port is not None:
+        cfg.trainer_metrics_port = a.trainer_metrics_port
+    if cfg.progress_interval < 0:
+        p.error("--progress-interval must be >= 0")
+    if not 0 <= cfg.trainer_metrics_port <= 65535:
+        p.error("--trainer-metrics-port must be a port number (0: off)")
+    if cfg.metrics_listen:
+        from . import metrics
+
+        try:
+            metrics.parse_listen(cfg.metrics_listen)
+        except ValueError as exc:
+            p.error(str(exc))
     if cfg.all_namespaces and cfg.namespaces:
         p.error("--all-namespaces and --namespace are mutually exclusive")
     if not cfg.all_namespaces and not cfg.namespaces:
@@ -109,13 +135,26 @@ def run(cfg: handlers.Config, stop_flag: Optional[Any] = None, ready_flag: Optio
     priority = random.SystemRandom().randint(1, 2**31) if cfg.peering else 0
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+
+    async def operate() -> None:
+        runner = None
+        if cfg.metrics_listen:
+            from . import metrics
+
+            runner = await metrics.serve(cfg.metrics_listen)
+        try:
+            await kopf.operator(
+                registry=registry, settings=settings, clusterwide=clusterwide,
+                standalone=cfg.peering is None, peering_name=cfg.peering,
+                namespaces=[] if clusterwide else cfg.namespaces, liveness_endpoint=cfg.liveness,
+                stop_flag=stop_flag, ready_flag=ready_flag, memo=controller, priority=priority,
+            )
+        finally:
+            if runner is not None:
+                await runner.cleanup()
+
     try:
-        loop.run_until_complete(kopf.operator(
-            registry=registry, settings=settings, clusterwide=clusterwide,
-            standalone=cfg.peering is None, peering_name=cfg.peering,
-            namespaces=[] if clusterwide else cfg.namespaces, liveness_endpoint=cfg.liveness,
-            stop_flag=stop_flag, ready_flag=ready_flag, memo=controller, priority=priority,
-        ))
+        loop.run_until_complete(operate())
     finally:
         loop.close()
 

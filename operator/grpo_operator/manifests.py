@@ -15,6 +15,9 @@ from . import api, topology
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
 C10D_PORT = 29400
+# The trainer's Prometheus endpoint (local rank 0 of each node; docs/observability.md). 0 = off.
+DEFAULT_METRICS_PORT = 9400
+METRICS_PORT_NAME = "metrics"
 CONFIG_DIR = "/etc/grpo"
 CONFIG_FILE = f"{CONFIG_DIR}/config.json"
 TRAINER_MODULE = "grpo_trainer"
@@ -91,7 +94,8 @@ def torchrun_argv(nnodes: int, nproc_per_node: int, node_rank: int, rdzv_endpoin
     ]
 
 
-def trainer_config(job: api.GRPOJob, namespace: str, uid: str = "", output_dir: Optional[str] = None) -> dict[str, Any]:
+def trainer_config(job: api.GRPOJob, namespace: str, uid: str = "", output_dir: Optional[str] = None,
+                   metrics_port: int = DEFAULT_METRICS_PORT) -> dict[str, Any]:
     """The JSON the trainer reads (docs/trainer-config.md)."""
     spec = job.spec
     n = names(job.metadata.name or "")
@@ -113,7 +117,8 @@ def trainer_config(job: api.GRPOJob, namespace: str, uid: str = "", output_dir: 
             "serverPort": (spec.vllm.server or api.VllmServerSpec()).port,
         },
         "outputDir": output_dir or f"{spec.output.path.rstrip('/')}/{n.base}",
-        "progress": {"enabled": False},
+        # GRPO_PROGRESS lines in the pod log, and /metrics on metricsPort: the operator's status.progress source
+        "progress": {"enabled": True, "metricsPort": metrics_port},
     }
 
 
@@ -223,12 +228,21 @@ def _pod_spec_extras(job: api.GRPOJob) -> dict[str, Any]:
     return out
 
 
+def _scrape_annotations(metrics_port: int) -> dict[str, str]:
+    """The classic prometheus.io annotations (annotation-based scrape configs); PodMonitors use the port name."""
+    if not metrics_port:
+        return {}
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(metrics_port), "prometheus.io/path": "/metrics"}
+
+
 def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank: int, *, uid: str = "",
-                image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0) -> dict[str, Any]:
+                image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
+                metrics_port: int = DEFAULT_METRICS_PORT) -> dict[str, Any]:
     n = names(job.metadata.name or "")
     labels = {**job.spec.template.metadata.labels, **_labels(job, n, "trainer"), LABEL_RANK: str(rank)}
     meta = _meta(n.pod(rank), namespace, labels, job.metadata.name or "", uid)
-    meta["annotations"] = {**job.spec.template.metadata.annotations, **meta["annotations"], ANNOTATION_ATTEMPT: str(attempt)}
+    meta["annotations"] = {**_scrape_annotations(metrics_port), **job.spec.template.metadata.annotations,
+                           **meta["annotations"], ANNOTATION_ATTEMPT: str(attempt)}
     volumes, mounts = _volumes(job, n, topo, with_config=True)
     rdzv_id = f"{uid or n.base}-{attempt}"
     argv = torchrun_argv(topo.nodes, topo.nproc_per_node, rank, f"{n.pod(0)}.{n.service}:{C10D_PORT}", rdzv_id)
@@ -240,7 +254,8 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
         "args": argv[len(LAUNCHER):],
         "env": _common_env(job, threads=1 if topo.gpu_resource else 4)
         + [{"name": "GRPO_NODE_RANK", "value": str(rank)}, {"name": "GRPO_ATTEMPT", "value": str(attempt)}],
-        "ports": [{"name": "c10d", "containerPort": C10D_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "c10d", "containerPort": C10D_PORT, "protocol": "TCP"}]
+        + ([{"name": METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"}] if metrics_port else []),
         "resources": _resources(job.spec.resources),
         "securityContext": _container_security(),
         "volumeMounts": mounts,
@@ -279,9 +294,9 @@ def headless_service(job: api.GRPOJob, namespace: str, *, uid: str = "") -> dict
     }
 
 
-def config_map(job: api.GRPOJob, namespace: str, *, uid: str = "") -> dict[str, Any]:
+def config_map(job: api.GRPOJob, namespace: str, *, uid: str = "", metrics_port: int = DEFAULT_METRICS_PORT) -> dict[str, Any]:
     n = names(job.metadata.name or "")
-    data = json.dumps(trainer_config(job, namespace, uid), indent=2, sort_keys=True)
+    data = json.dumps(trainer_config(job, namespace, uid, metrics_port=metrics_port), indent=2, sort_keys=True)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -360,10 +375,16 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
 
 
 def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
-           image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0) -> list[dict[str, Any]]:
-    """Every object the operator creates for a job, in creation order: ConfigMap, Services, pods."""
-    objs: list[dict[str, Any]] = [config_map(job, namespace, uid=uid), headless_service(job, namespace, uid=uid)]
+           image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
+           metrics_port: int = DEFAULT_METRICS_PORT) -> list[dict[str, Any]]:
+    """Every object the operator creates for a job, in creation order: ConfigMap, Services, pods.
+
+    `metrics_port`: the trainer's Prometheus port (config JSON progress.metricsPort and the pods' `metrics`
+    containerPort); 0 turns the trainer's metrics, and with them status.progress, off."""
+    objs: list[dict[str, Any]] = [config_map(job, namespace, uid=uid, metrics_port=metrics_port),
+                                  headless_service(job, namespace, uid=uid)]
     if job.spec.vllm.mode == "server":
         objs += vllm_objects(job, topo, namespace, uid=uid, image=image)
-    objs += [trainer_pod(job, topo, namespace, r, uid=uid, image=image, attempt=attempt) for r in range(topo.nodes)]
+    objs += [trainer_pod(job, topo, namespace, r, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port)
+             for r in range(topo.nodes)]
     return objs

@@ -28,6 +28,48 @@ class Review:
     message: str = ""
     warnings: list[str] = field(default_factory=list)
     code: int = 422
+    reason: str = ""  # a denial's first offending field (e.g. spec.training.numGenerations): the metrics label
+
+
+def reason_label(path: str) -> str:
+    """A denial's field as a bounded metrics label: list indices dropped (spec.rewards[2].name → spec.rewards.name),
+    and a name the user made up (an unknown field or training argument) becomes `(unknown)`."""
+    import re
+
+    from . import trl_fields
+
+    parts = [p for p in re.sub(r"\[\d+\]", "", path or "").split(".") if p]
+    if not parts:
+        return "(object)"
+    if parts[0] != "spec":
+        return ".".join(parts[:2]) if parts[0] == "metadata" and parts[1:2] in (["name"], ["namespace"], ["labels"]) \
+            else parts[0] if parts[0] in ("metadata", "apiVersion", "kind") else "(unknown)"
+    out, model = ["spec"], api.GRPOJobSpec
+    for p in parts[1:]:
+        if model is api.TrainingSpec:
+            out.append(p if p in trl_fields.by_camel() else "(unknown)")
+            break
+        fields = getattr(model, "model_fields", None)
+        if not fields:
+            break
+        if p not in fields:
+            out.append("(unknown)")
+            break
+        out.append(p)
+        ann = fields[p].annotation
+        model = next((a for a in _models_in(ann)), None)
+    return ".".join(out)
+
+
+def _models_in(annotation: Any) -> Any:
+    import typing
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+    for a in typing.get_args(annotation):
+        yield from _models_in(a)
 
 
 def _format_errors(name: str, res: validation.ValidationResult) -> str:
@@ -47,7 +89,8 @@ def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mappi
         doc["metadata"] = {**doc["metadata"], "name": doc["metadata"]["generateName"].rstrip("-.") or "job"}
     res = validation.validate(doc)
     if not res.valid:
-        return Review(False, _format_errors(str(name), res), list(res.warnings))
+        return Review(False, _format_errors(str(name), res), list(res.warnings),
+                      reason=reason_label(res.errors[0].field if res.errors else ""))
     warnings = [f"spec: {w}" if not w.startswith("spec") else w for w in res.warnings]
     if operation == "UPDATE" and old is not None:
         old_doc = {k: old.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in old}
@@ -68,7 +111,7 @@ def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mappi
                               f"were set up from them{hint}. Only spec.runPolicy (suspend, backoffLimit, "
                               f"activeDeadlineSeconds, ttlSecondsAfterFinished) and metadata may change. "
                               f"To change the others, delete the job and create a new one (it resumes from the "
-                              f"checkpoints in spec.output).", warnings)
+                              f"checkpoints in spec.output).", warnings, reason=f"spec.{changed[0]}")
     return Review(True, "", warnings)
 
 
@@ -81,6 +124,11 @@ def register(registry: Any) -> None:
         new_d = dict(new) if new is not None else (dict(body) if body is not None else None)
         old_d = dict(old) if old is not None else None
         r = review(operation or "", new_d, old_d)
+        from . import metrics as opmetrics  # metrics are updated here, in the I/O layer, never in review()
+
+        opmetrics.WEBHOOK_REQUESTS.labels(operation=operation or "", allowed="true" if r.allowed else "false").inc()
+        if not r.allowed:
+            opmetrics.WEBHOOK_DENIALS.labels(reason=r.reason or "unknown").inc()
         warnings.extend(r.warnings)
         if not r.allowed:
             raise kopf.AdmissionError(r.message, code=r.code)
