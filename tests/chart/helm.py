@@ -31,6 +31,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                      "trainerImage": "registry.example.com/ml/grpo-trainer:0.2.0-cu124",
                      "imagePullSecrets": [{"name": "regcred"}]},
     "no-webhook": {"webhook": {"enabled": False}, "logging": {"format": "text", "level": "DEBUG"}},
+    "monitors": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+                             "podMonitor": {"enabled": True, "interval": "30s"}, "progressIntervalSeconds": 5}},
+    "monitors-namespaced": {"watch": {"namespaces": ["team-a"]},
+                            "metrics": {"podMonitor": {"enabled": True}, "trainerPort": 0}},
+    "no-metrics": {"metrics": {"enabled": False}},
 }
 
 

@@ -23,6 +23,8 @@ SKIP_KINDS = {
     ("cert-manager.io/v1", "Certificate"): "cert-manager CRD: not in the Kubernetes OpenAPI schemas",
     ("kopf.dev/v1", "ClusterKopfPeering"): "kopf peering CRD (charts/grpo-operator/crds/kopf-peering.yaml)",
     ("kopf.dev/v1", "KopfPeering"): "kopf peering CRD (charts/grpo-operator/crds/kopf-peering.yaml)",
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "prometheus-operator CRD: not in the Kubernetes OpenAPI schemas",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "prometheus-operator CRD: not in the Kubernetes OpenAPI schemas",
 }
 
 
@@ -125,6 +127,10 @@ BAD_VALUES = [
     ("logging.level=LOUD", ["level"]),
     ("replicas=2", ["replicas"]),  # a typo of replicaCount: unknown keys are refused
     ("webhook.certManager.issuerRef.kind=Vault", ["kind"]),
+    ("metrics.port=80", ["port"]),
+    ("metrics.trainerPort=70000", ["trainerPort"]),
+    ("metrics.serviceMonitor.interval=soon", ["interval"]),
+    ("metrics.progressIntervalSeconds=-1", ["progressIntervalSeconds"]),
 ]
 
 
@@ -223,7 +229,7 @@ def test_cert_manager_mode() -> None:
     assert hook["clientConfig"]["service"] == {"name": "grpo-grpo-operator-webhook", "namespace": "grpo-system",
                                                "port": 9443, "path": "/validate"}
     assert hook["rules"][0]["resources"] == ["grpojobs"] and hook["failurePolicy"] == "Fail"
-    (svc,) = by_kind(docs, "Service")
+    (svc,) = [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-webhook")]
     assert svc["spec"]["ports"][0]["port"] == 9443
     pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
@@ -251,7 +257,7 @@ def test_ha_uses_kopf_peering() -> None:
     ns = render(VALUE_SETS["ha-namespaced"])
     assert [p["metadata"]["namespace"] for p in by_kind(ns, "KopfPeering")] == ["team-a"]
     assert any("kopfpeerings" in r for _, _, r, _, _ in rules_of(ns))
-    assert not by_kind(ns, "Service")  # webhook disabled
+    assert not [s for s in by_kind(ns, "Service") if s["metadata"]["name"].endswith("-webhook")]  # webhook disabled
 
 
 def test_restricted_security_context_probes_and_resources() -> None:
@@ -303,3 +309,54 @@ def test_examples_kustomization_builds() -> None:
     for d in docs:
         if "invalid" not in d["metadata"]["name"]:
             assert validation.validate(d).valid, (d["metadata"]["name"], validation.validate(d).summary())
+
+
+# ------------------------------------------------------------------------------------------ metrics
+def _env(dep: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_metrics_port_service_and_no_monitors_by_default() -> None:
+    docs = render()
+    (dep,) = by_kind(docs, "Deployment")
+    env = _env(dep)
+    assert env["GRPO_METRICS_LISTEN"] == "0.0.0.0:8081" and env["GRPO_TRAINER_METRICS_PORT"] == "9400"
+    assert env["GRPO_PROGRESS_INTERVAL_SECONDS"] == "15"
+    ports = {p["name"]: p["containerPort"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert ports["metrics"] == 8081
+    (svc,) = [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-metrics")]
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8081, "targetPort": "metrics", "protocol": "TCP"}]
+    assert not by_kind(docs, "ServiceMonitor") and not by_kind(docs, "PodMonitor")
+    docs = render(VALUE_SETS["no-metrics"])
+    assert "GRPO_METRICS_LISTEN" not in _env(by_kind(docs, "Deployment")[0])
+    assert not [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-metrics")]
+
+
+def test_service_monitor_and_pod_monitor() -> None:
+    docs = render(VALUE_SETS["monitors"])
+    (sm,) = by_kind(docs, "ServiceMonitor")
+    (svc,) = [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-metrics")]
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert all(svc["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+    webhook_svc = [s for s in by_kind(docs, "Service") if s is not svc]
+    assert not any(all(s["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+                   for s in webhook_svc)  # only the metrics Service
+    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    (pm,) = by_kind(docs, "PodMonitor")
+    assert pm["spec"]["namespaceSelector"] == {"any": True}
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics" and pm["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
+    # it selects exactly what the operator renders on trainer pods
+    from grpo_operator import manifests, validation
+
+    job = {"apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob", "metadata": {"name": "j"},
+           "spec": {"model": "m", "dataset": {"name": "d"}, "rewards": [{"name": "accuracy"}],
+                    "resources": {"limits": {"nvidia.com/gpu": 1}}}}
+    res = validation.validate(job)
+    pod = [o for o in manifests.render(res.job, res.topology, "ns") if o["kind"] == "Pod"][0]
+    assert all(pod["metadata"]["labels"].get(k) == v for k, v in pm["spec"]["selector"]["matchLabels"].items())
+    assert "metrics" in {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert _env(by_kind(docs, "Deployment")[0])["GRPO_PROGRESS_INTERVAL_SECONDS"] == "5"
+    docs = render(VALUE_SETS["monitors-namespaced"])
+    (pm,) = by_kind(docs, "PodMonitor")
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+    assert _env(by_kind(docs, "Deployment")[0])["GRPO_TRAINER_METRICS_PORT"] == "0"

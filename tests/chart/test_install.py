@@ -86,6 +86,9 @@ class Install:
             # In the cluster the configuration names the Service; here no kubelet backs it, so dial the URL.
             env.pop("GRPO_WEBHOOK_SERVICE", None)
         env["GRPO_LIVENESS"] = f"http://127.0.0.1:{health_port}/healthz"
+        if "GRPO_METRICS_LISTEN" in env:  # several replicas on one machine: a port each
+            self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
+            env["GRPO_METRICS_LISTEN"] = self.metrics_url[len("http://"):-len("/metrics")]
         import os
 
         return {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"), **env,
@@ -274,6 +277,13 @@ def test_clusterwide_install_runs_a_job_with_the_charts_rbac(install_factory: An
     try:
         lifecycle(inst, job_ns)
         assert_no_permission_errors(inst)
+        # the chart's metrics endpoint: the job is counted, and the operator's own API calls never met a 403
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(inst.metrics_url, timeout=5) as r:
+            fams = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+        assert sum(s.value for s in fams["grpo_operator_jobs"].samples if s.labels["namespace"] == job_ns) >= 1
+        assert not [s for s in fams["grpo_operator_api_errors"].samples if s.labels.get("code") in ("401", "403")]
     except BaseException:
         print(inst.log())
         raise
