@@ -231,7 +231,8 @@ def test_live_progress_through_a_gang_restart(crd: Any, kubectl: Any, k8s_namesp
         # ---- what the user saw
         print(f"\n$ kubectl get grpojobs (attempt 0, running)\n{running_table}"
               f"$ kubectl get grpojobs -o wide (finished)\n{final_table}")
-        print("$ kubectl describe grpojob (status excerpt)\n" + describe[describe.find("Status:"):][:1600])
+        print("$ kubectl describe grpojob (excerpts)\n" + describe[describe.find("Status:"):][:260]
+              + "  ...\n" + describe[describe.find("  Progress:"):describe.find("  Restarts:")])
         assert st["progress"]["step"] > KILL_AFTER and re.fullmatch(rf"\d+/{MAX_STEPS}", st["progress"]["display"])
         assert "Progress:" in describe and "Batch:" in describe and "Rewards:" in describe
 

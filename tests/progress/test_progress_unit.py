@@ -47,7 +47,8 @@ def test_trainer_metrics_text_parses_and_nan_for_unknown() -> None:
     rewards = {s.labels["reward"]: s.value for s in fams["grpo_trainer_reward_function_mean"].samples}
     assert rewards == {"accuracy": 0.5, "format": 0.8}
     (info,) = fams["grpo_trainer"].samples if "grpo_trainer" in fams else fams["grpo_trainer_info"].samples
-    assert info.labels == {"job": "j", "namespace": "ns", "attempt": "2", "pod": "j-node-1", "node_rank": "1"}
+    assert info.labels == {"grpojob": "j", "grpojob_namespace": "ns", "attempt": "2", "node_rank": "1",
+                           "pod_name": "j-node-1"}
 
 
 def test_non_rank0_process_serves_only_its_identity() -> None:

@@ -55,8 +55,10 @@ class TrainerMetrics:
         self.port: Optional[int] = None
         Gauge("grpo_trainer_global_rank0", "1 on the process that is global rank 0 (it carries the training gauges), "
               "0 on the other nodes' local rank 0.", registry=self.registry).set(1 if global_rank0 else 0)
-        Info("grpo_trainer", "The job this trainer process belongs to.", registry=self.registry).info(
-            {"job": job, "namespace": namespace, "attempt": attempt, "pod": pod, "node_rank": node_rank})
+        # Not `job`/`namespace`/`pod`: Prometheus sets those as target labels and would rename ours exported_*.
+        Info("grpo_trainer", "The GRPOJob this trainer process belongs to.", registry=self.registry).info(
+            {"grpojob": job, "grpojob_namespace": namespace, "attempt": attempt, "node_rank": node_rank,
+             "pod_name": pod})
         self.gauges: dict[str, Any] = {}
         self.reward_mean = self.reward_std = None
         if global_rank0:
