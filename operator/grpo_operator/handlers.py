@@ -371,6 +371,8 @@ class Controller:
         ps = self._progress.get(key)
         if ps is None or ps.latest is None:
             return False
+        if desired.get("progress") != old.get("progress") or desired.get("phase") in lifecycle.TERMINAL:
+            return False  # a finished job keeps its final progress (from the trainer's result): no late scrape
         wd = progress_mod.decide_write(old.get("progress"), ps.latest,
                                        writing_anyway=lifecycle.status_patch(old, desired) is not None,
                                        last_write=ps.last_write, now=time.monotonic(),

@@ -26,7 +26,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
-from . import api, manifests, validation
+from . import api, manifests, progress, validation
 
 # ---------------------------------------------------------------------------------------------- constants
 PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED, REJECTED = (
@@ -167,7 +167,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
         signal=sig if isinstance(sig, int) else None,
         reason=reason,
         container_reason=creason,
-        message=(message or None) and str(message)[:512],
+        message=(message or None) and str(message)[:1024],
         unschedulable=unsched,
         waiting=waiting,
     )
@@ -562,6 +562,11 @@ def decide(job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Pol
         st["phase"] = SUCCEEDED
         st["completionTime"] = fmt_time(now)
         st["message"] = f"all {n_trainers} node(s) succeeded after {restarts} restart(s)"
+        for p in trainers:  # the rank-0 pod's final record: where training really ended
+            final = progress.from_result_message(p.message, st.get("progress"), now.timestamp())
+            if final is not None:
+                st["progress"] = final
+                break
         set_condition(conds, C_SUCCEEDED, "True", "AllNodesSucceeded", st["message"], now, gen)
         clear_condition(conds, C_RUNNING, "Completed", "the job completed", now, gen)
         clear_condition(conds, C_UNSCHEDULABLE, "Completed", "the job completed", now, gen)

@@ -141,6 +141,42 @@ def to_progress(scrape: Scrape, previous: Optional[Mapping[str, Any]] = None) ->
     return dict(sorted(out.items()))
 
 
+RESULT_PREFIX = "GRPO_RESULT "  # the trainer's final record in its pod's termination message
+
+
+def from_result_message(message: Optional[str], previous: Optional[Mapping[str, Any]] = None,
+                        now: Optional[float] = None) -> Optional[dict[str, Any]]:
+    """status.progress from a finished rank-0 pod's termination message (`GRPO_RESULT {json}`), else None.
+
+    The last scrape can lag the end by up to one interval; this record is where training really finished."""
+    import json
+
+    if not message or not message.startswith(RESULT_PREFIX):
+        return None
+    try:
+        rec = json.loads(message[len(RESULT_PREFIX):].strip())
+    except ValueError:
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("step"), int) or isinstance(rec.get("step"), bool):
+        return None
+    out: dict[str, Any] = {k: v for k, v in (previous or {}).items() if k not in ("display", "etaSeconds")}
+    for k in LOGGED_FIELDS:
+        v = rec.get(k)
+        if k == "rewards" and isinstance(v, dict):
+            out[k] = {str(n): _round(x) for n, x in sorted(v.items()) if _finite(x) is not None}
+        elif _finite(v) is not None:
+            out[k] = _round(float(v))
+    out["step"] = rec["step"]
+    max_steps = rec.get("maxSteps")
+    if isinstance(max_steps, int) and max_steps > 0:
+        out["maxSteps"] = max_steps
+    out["display"] = f"{out['step']}/{out['maxSteps']}" if out.get("maxSteps") else str(out["step"])
+    out["etaSeconds"] = 0
+    if now is not None:
+        out["updateTime"] = fmt_time(now)
+    return dict(sorted(out.items()))
+
+
 # ------------------------------------------------------------------------------------------ whom to scrape
 @dataclass(frozen=True)
 class Endpoint:

@@ -112,9 +112,12 @@ def pod_running(k: Kubectl, ns: str, pod: str) -> None:
         "containerStatuses": [_cstatus("trainer", {"running": {"startedAt": NOW}}, True)]}, "-n", ns)
 
 
-def pod_exit(k: Kubectl, ns: str, pod: str, code: int, reason: Optional[str] = None) -> None:
+def pod_exit(k: Kubectl, ns: str, pod: str, code: int, reason: Optional[str] = None,
+             message: Optional[str] = None) -> None:
     term = {"exitCode": code, "reason": reason or ("Completed" if code == 0 else "Error"), "startedAt": NOW,
             "finishedAt": NOW}
+    if message:  # what the kubelet copies from /dev/termination-log
+        term["message"] = message
     k.patch_status("pod", pod, {"phase": "Succeeded" if code == 0 else "Failed",
                                 "containerStatuses": [_cstatus("trainer", {"terminated": term})]}, "-n", ns)
 

@@ -445,3 +445,19 @@ def test_two_node_table(job_phase: str | None, a: str, b: str) -> None:
     # (except terminal cleanups that were already requested)
     again = decide(apply(body, dec), pods)
     assert again.status["phase"] == st["phase"] and again.status["restarts"] == st["restarts"]
+
+
+def test_success_takes_the_final_progress_from_rank0_termination_message() -> None:
+    """The last scrape may lag the end; rank 0's `GRPO_RESULT` termination message says where training ended."""
+    status = {"phase": "Running", "restarts": 0, "progress": {"step": 106, "maxSteps": 120, "display": "106/120",
+                                                                "reward": 0.2, "etaSeconds": 9}}
+    body = job_body("job", nodes=2, uid=UID, status=status)
+    p0 = lc.summarize_pod(pod_body("job", 0, "Succeeded", uid=UID, exit_code=0))
+    p1 = lc.summarize_pod(pod_body("job", 1, "Succeeded", uid=UID, exit_code=0))
+    p1 = lc.PodInfo(**{**p1.__dict__, "message": 'GRPO_RESULT {"step":120,"maxSteps":120,"reward":0.3}'})
+    dec = decide(body, [p0, p1])
+    assert dec.status["phase"] == "Succeeded"
+    assert dec.status["progress"]["display"] == "120/120" and dec.status["progress"]["reward"] == 0.3
+    assert dec.status["progress"]["etaSeconds"] == 0
+    dec = decide(body, [p0, lc.summarize_pod(pod_body("job", 1, "Succeeded", uid=UID, exit_code=0))])
+    assert dec.status["progress"]["display"] == "106/120"  # no record: the last scrape stays

@@ -82,7 +82,7 @@ def kubelet_running(k: Any, ns: str, pod: str) -> None:
                                                        "state": {"running": {"startedAt": H.NOW}}}]}, "-n", ns)
 
 
-def start_pod_locally(pod: dict[str, Any], config: Path, log: Path) -> subprocess.Popen:
+def start_pod_locally(pod: dict[str, Any], config: Path, log: Path, termination_log: str = os.devnull) -> subprocess.Popen:
     """The pod's container command with this machine's paths: rendezvous on loopback, the config file here."""
     c = pod["spec"]["containers"][0]
     argv = [*c["command"], *c["args"]]
@@ -91,7 +91,7 @@ def start_pod_locally(pod: dict[str, Any], config: Path, log: Path) -> subproces
     argv[argv.index("--config") + 1] = str(config)
     field = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": pod["metadata"]["namespace"]}
     env = {e["name"]: e["value"] if "value" in e else field[e["valueFrom"]["fieldRef"]["fieldPath"]] for e in c["env"]}
-    env.update({"OMP_NUM_THREADS": "1", "GRPO_TERMINATION_LOG": os.devnull})  # 2 processes on 2 cores
+    env.update({"OMP_NUM_THREADS": "1", "GRPO_TERMINATION_LOG": termination_log})  # 2 processes on 2 cores
     out = open(log, "w")
     return subprocess.Popen(argv, cwd=REPO, env=offline_env(**env), stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -216,11 +216,13 @@ def test_live_progress_through_a_gang_restart(crd: Any, kubectl: Any, k8s_namesp
         H.wait_job(k, ns, name, lambda s: s.get("phase") == "Running" and s.get("restarts") == 1, timeout=30)
         t_run1 = time.monotonic()
         log1 = tmp_path / "attempt1.log"
-        procs.append(start_pod_locally(pod1, config_path, log1))
+        termination_log = tmp_path / "termination-log"
+        procs.append(start_pod_locally(pod1, config_path, log1, str(termination_log)))
         wait_exit(procs[1], log1, timeout=150)
         t_end1 = time.monotonic()
         assert f"resuming from {tmp_path / 'out'}/checkpoint-{SAVE_STEPS}" in log1.read_text()
-        H.pod_exit(k, ns, pod1["metadata"]["name"], 0)
+        # As the kubelet does: the container's termination log becomes the terminated state's message.
+        H.pod_exit(k, ns, pod1["metadata"]["name"], 0, message=termination_log.read_text())
         st = H.wait_job(k, ns, name, lambda s: s.get("phase") == "Succeeded", timeout=30)["status"]
         final_table = k("get", "grpojobs", "-n", ns, "-o", "wide").stdout
         describe = k("describe", "grpojob", name, "-n", ns).stdout
@@ -233,7 +235,9 @@ def test_live_progress_through_a_gang_restart(crd: Any, kubectl: Any, k8s_namesp
               f"$ kubectl get grpojobs -o wide (finished)\n{final_table}")
         print("$ kubectl describe grpojob (excerpts)\n" + describe[describe.find("Status:"):][:260]
               + "  ...\n" + describe[describe.find("  Progress:"):describe.find("  Restarts:")])
-        assert st["progress"]["step"] > KILL_AFTER and re.fullmatch(rf"\d+/{MAX_STEPS}", st["progress"]["display"])
+        # The final record (rank 0's termination message), not the last scrape: the job says where it finished.
+        assert st["progress"]["step"] == MAX_STEPS and st["progress"]["display"] == f"{MAX_STEPS}/{MAX_STEPS}"
+        assert st["progress"]["etaSeconds"] == 0 and st["progress"].get("reward") is not None
         assert "Progress:" in describe and "Batch:" in describe and "Rewards:" in describe
 
         # ---- from the watch: progress survived the restart, steps never went back past the checkpoint

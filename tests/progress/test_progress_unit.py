@@ -252,3 +252,16 @@ def test_operator_flags() -> None:
     assert opmetrics.parse_listen(":9090") == ("0.0.0.0", 9090) and opmetrics.parse_listen("[::]:1") == ("::", 1)
     with pytest.raises(SystemExit):
         parse_args(["-A", "--metrics-listen", "nope"])
+
+
+def test_final_progress_from_the_termination_message():
+    from grpo_operator import progress as P
+
+    prev = {"step": 117, "maxSteps": 120, "display": "117/120", "reward": 0.2, "etaSeconds": 12, "kl": 0.01}
+    msg = 'GRPO_RESULT {"step":120,"maxSteps":120,"reward":0.28125,"rewardStd":0.1,"rewards":{"accuracy":0.5}}\n'
+    out = P.from_result_message(msg, prev, now=0)
+    assert out["step"] == 120 and out["display"] == "120/120" and out["etaSeconds"] == 0
+    assert out["reward"] == 0.28125 and out["rewards"] == {"accuracy": 0.5} and out["kl"] == 0.01  # kept
+    assert out["updateTime"] == "1970-01-01T00:00:00Z"
+    for bad in (None, "", "grpo_trainer: config error (exit 10): …", "GRPO_RESULT {not json", 'GRPO_RESULT {"step":"x"}'):
+        assert P.from_result_message(bad, prev) is None

@@ -94,3 +94,28 @@ class ProgressCallback(TrainerCallback):
                 emit(PREFIX, record, self.stream)
             if self.metrics is not None:
                 self.metrics.update(record)
+
+
+# Kept under the 1024 characters the operator reads from a pod's termination message.
+FINAL_FIELDS = ("reward", "rewardStd", "kl", "completionLength", "learningRate", "tokensPerSecond")
+
+
+def final_record(last: dict, step: int, max_steps: int) -> dict:
+    record = {"step": step, "maxSteps": max_steps}
+    record.update({k: last[k] for k in FINAL_FIELDS if last.get(k) is not None})
+    rewards = last.get("rewards")
+    if isinstance(rewards, dict) and len(json.dumps(rewards)) < 600:
+        record["rewards"] = rewards
+    return record
+
+
+def write_final_progress(last: dict, step: int, max_steps: int) -> None:
+    """`GRPO_RESULT {json}` into /dev/termination-log (GRPO_TERMINATION_LOG), where the operator reads it."""
+    import os
+
+    path = os.environ.get("GRPO_TERMINATION_LOG", "/dev/termination-log")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(RESULT_PREFIX + json.dumps(final_record(last, step, max_steps), separators=(",", ":")) + "\n")
+    except OSError:
+        pass

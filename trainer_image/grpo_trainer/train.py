@@ -9,7 +9,7 @@ import time
 from . import data, resume, rewards
 from .config import TrainerConfig, grpo_kwargs
 from .exitcodes import BATCH, CHECKPOINT, CONFIG, PREEMPTED, TrainerError, is_trl_batch_error
-from .progress import RESULT_PREFIX, ProgressCallback, emit
+from .progress import RESULT_PREFIX, ProgressCallback, emit, write_final_progress
 
 
 def log(msg: str) -> None:
@@ -110,6 +110,10 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     trainer.save_model(cfg.output_dir)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(cfg.output_dir)
+        # The pod's termination message carries the final progress: the operator's last scrape may be a few
+        # steps behind the end, and a finished job should say where it finished.
+        write_final_progress(progress.last if progress is not None else {}, trainer.state.global_step,
+                             trainer.state.max_steps)
         if cfg.progress:
             last = progress.last if progress is not None else {}
             emit(RESULT_PREFIX, {"step": trainer.state.global_step, "maxSteps": trainer.state.max_steps,
