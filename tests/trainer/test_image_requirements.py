@@ -77,9 +77,13 @@ def test_image_requirements_resolve_against_the_index(tmp_path):
             and "ResolutionImpossible" not in proc.stderr:
         pytest.skip(f"package index unreachable: {(proc.stderr.strip().splitlines() or [''])[-1]}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    resolved = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+    def canonical(name: str) -> str:  # PEP 503: prometheus_client and prometheus-client are one project
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    resolved = {canonical(i["metadata"]["name"]): i["metadata"]["version"]
+                for i in json.loads(report.read_text())["install"]}
     for name, v in pins().items():
-        assert resolved.get(name) == v, (name, resolved.get(name))
+        assert resolved.get(canonical(name)) == v, (name, resolved.get(canonical(name)))
     assert any(n.startswith("nvidia-") for n in resolved), "the CUDA build of torch was expected"
     print(f"image stack: {len(resolved)} distributions resolve together")
 
