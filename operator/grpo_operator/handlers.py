@@ -634,8 +634,24 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         controller.kick(key)
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf deep-copies every object on every event to diff it for on.create/on.update handlers. We register
+    none (event handlers + indices only), so the diff is never read: skipping it saved ~25 % of the operator's
+    CPU at 1000 jobs (py-spy). Nothing is stored on the objects either."""
+
+    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        return {}
+
+    def fetch(self, *, body: Any) -> Any:
+        return None
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        return None
+
+
 def settings_for(cfg: Config) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.scanning.disabled = not cfg.scanning
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300

@@ -83,7 +83,7 @@ class Kube:
             self._session = None
 
     async def request(self, method: str, path: str, *, body: Any = None, params: Optional[dict] = None,
-                      content_type: str = "application/json") -> Any:
+                      content_type: str = "application/json", decode: bool = True) -> Any:
         url = self._info.server.rstrip("/") + path
         if params:
             url += "?" + urlencode(params)
@@ -107,6 +107,8 @@ class Kube:
                     self._info = await self._relogin()
                     await self.close()
                 continue
+            if status < 400 and not decode:
+                return None  # the caller needs no body (creates): JSON decoding was the operator's top CPU cost
             try:
                 payload = json.loads(text) if text else None
             except ValueError:
@@ -120,9 +122,10 @@ class Kube:
         raise ApiError(401, "Unauthorized", "unauthorized after re-login")
 
     # ---- verbs
-    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, obj: dict[str, Any], *, want_body: bool = False) -> Optional[dict[str, Any]]:
+        """POST the object; its stored form only when `want_body` (decoding it costs more than sending it)."""
         meta = obj["metadata"]
-        return await self.request("POST", path_for(obj["kind"], meta["namespace"]), body=obj)
+        return await self.request("POST", path_for(obj["kind"], meta["namespace"]), body=obj, decode=want_body)
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         return await self.request("GET", path_for(kind, namespace, name))
