@@ -202,10 +202,6 @@ def _with(inp: BatchInput, **changes) -> BatchInput:
     return new
 
 
-def _valid(inp: BatchInput) -> bool:
-    return not evaluate(inp)[0]
-
-
 def _resolves(inp: BatchInput, code: str, before: frozenset[str]) -> bool:
     """After a change: this issue is gone and no new kind of issue appeared (others may remain)."""
     after = {i.code for i in evaluate(inp)[0]}

@@ -122,6 +122,34 @@ def sweep_stale_workdirs(base: str | os.PathLike[str] | None, prefixes: Sequence
             shutil.rmtree(d, ignore_errors=True)
 
 
+def default_workdir_base() -> str | None:
+    base = os.environ.get("GRPO_TEST_WORKDIR_BASE")
+    if base:
+        return base
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        st = os.statvfs(shm)
+        if st.f_bavail * st.f_frsize > 2 * 1024**3:
+            return str(shm)
+    return None
+
+
+def make_workdir(workdir: str | os.PathLike[str] | None, prefix: str,
+                 keep_workdir: bool | None) -> tuple[Path, bool, bool]:
+    """(work dir, owned by us, keep it afterwards) for a test server: a given dir as is, or a fresh claimed one
+    under default_workdir_base() after sweeping those left by killed runs."""
+    import tempfile
+
+    if keep_workdir is None:
+        keep_workdir = os.environ.get("GRPO_TEST_KEEP_WORKDIR", "") not in ("", "0")
+    if workdir is not None:
+        return Path(workdir), False, keep_workdir
+    sweep_stale_workdirs(default_workdir_base(), ("grpo-cp-", "grpo-cel-"))
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=default_workdir_base()))
+    claim_workdir(path)
+    return path, True, keep_workdir
+
+
 # ------------------------------------------------------------------------------------------ processes
 
 _PR_SET_PDEATHSIG = 1

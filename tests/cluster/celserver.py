@@ -24,15 +24,13 @@ import secrets
 import shutil
 import ssl
 import sys
-import tempfile
 import time
 import weakref
 from pathlib import Path
 from typing import Any, Mapping
 
-from ._util import (HTTPResult, ManagedProcess, claim_workdir, find_binary, free_port,
-                    http_request, make_pki, sweep_stale_workdirs, wait_until)
-from .controlplane import default_workdir_base
+from ._util import (HTTPResult, ManagedProcess, find_binary, free_port, http_request, make_pki, make_workdir,
+                    wait_until)
 
 _LIVE: "weakref.WeakSet[CelServer]" = weakref.WeakSet()
 
@@ -65,16 +63,7 @@ class CelServer:
                  verbosity: int = 1):
         self.startup_timeout = startup_timeout
         self.verbosity = verbosity
-        if keep_workdir is None:
-            keep_workdir = os.environ.get("GRPO_TEST_KEEP_WORKDIR", "") not in ("", "0")
-        self.keep_workdir = keep_workdir
-        self._own_workdir = workdir is None
-        if workdir is None:
-            sweep_stale_workdirs(default_workdir_base(), ("grpo-cp-", "grpo-cel-"))
-        self.workdir = Path(workdir) if workdir else Path(
-            tempfile.mkdtemp(prefix="grpo-cel-", dir=default_workdir_base()))
-        if workdir is None:
-            claim_workdir(self.workdir)
+        self.workdir, self._own_workdir, self.keep_workdir = make_workdir(workdir, "grpo-cel-", keep_workdir)
         self.logdir = self.workdir / "logs"
         self.etcd_bin = find_binary("etcd")
         self.server_bin = find_binary("apiextensions-apiserver")

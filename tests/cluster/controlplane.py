@@ -39,15 +39,14 @@ import os
 import secrets
 import shutil
 import ssl
-import tempfile
 import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ._util import (HTTPResult, ManagedProcess, PKI, claim_workdir, find_binary, free_port,
-                    http_request, make_pki, sweep_stale_workdirs, wait_until)
+from ._util import (HTTPResult, ManagedProcess, PKI, find_binary, free_port,
+                    http_request, make_pki, make_workdir, wait_until)
 from .kubectl import Kubectl
 
 DEFAULT_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "serviceaccount-token")
@@ -63,18 +62,6 @@ def _stop_all_at_exit() -> None:
             cp.stop()
         except Exception:  # noqa: BLE001
             pass
-
-
-def default_workdir_base() -> str | None:
-    base = os.environ.get("GRPO_TEST_WORKDIR_BASE")
-    if base:
-        return base
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        st = os.statvfs(shm)
-        if st.f_bavail * st.f_frsize > 2 * 1024**3:
-            return str(shm)
-    return None
 
 
 @dataclass(frozen=True)
@@ -126,16 +113,7 @@ class ControlPlane:
         self.extra_controller_manager_args = list(extra_controller_manager_args)
         self.startup_timeout = startup_timeout
         self.verbosity = verbosity
-        if keep_workdir is None:
-            keep_workdir = os.environ.get("GRPO_TEST_KEEP_WORKDIR", "") not in ("", "0")
-        self.keep_workdir = keep_workdir
-        self._own_workdir = workdir is None
-        if workdir is None:
-            sweep_stale_workdirs(default_workdir_base(), ("grpo-cp-", "grpo-cel-"))
-        self.workdir = Path(workdir) if workdir else Path(
-            tempfile.mkdtemp(prefix="grpo-cp-", dir=default_workdir_base()))
-        if workdir is None:
-            claim_workdir(self.workdir)
+        self.workdir, self._own_workdir, self.keep_workdir = make_workdir(workdir, "grpo-cp-", keep_workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.logdir = self.workdir / "logs"
 

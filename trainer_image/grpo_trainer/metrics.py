@@ -35,7 +35,8 @@ GAUGES = {
 }
 
 
-def _finite(value: Any) -> Optional[float]:
+def finite(value: Any) -> Optional[float]:
+    """A float, or None for anything non-numeric, NaN or infinite (logs and gauges both use this)."""
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -107,13 +108,13 @@ class TrainerMetrics:
         if not self.global_rank0:
             return
         for name, (field, _doc) in GAUGES.items():
-            value = _finite(record.get(field))
+            value = finite(record.get(field))
             self.gauges[name].set(NAN if value is None else value)
         for label, value in (record.get("rewards") or {}).items():
-            v = _finite(value)
+            v = finite(value)
             self.reward_mean.labels(reward=label).set(NAN if v is None else v)  # type: ignore[union-attr]
         for label, value in (record.get("rewardStds") or {}).items():
-            v = _finite(value)
+            v = finite(value)
             self.reward_std.labels(reward=label).set(NAN if v is None else v)  # type: ignore[union-attr]
 
     def text(self) -> str:

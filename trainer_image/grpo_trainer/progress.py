@@ -11,6 +11,8 @@ from collections import deque
 
 from transformers import TrainerCallback
 
+from .metrics import finite
+
 PREFIX = "GRPO_PROGRESS "
 RESULT_PREFIX = "GRPO_RESULT "
 
@@ -19,13 +21,6 @@ _FIELDS = {"reward": "reward", "rewardStd": "reward_std", "kl": "kl", "completio
            "learningRate": "learning_rate", "loss": "loss", "epoch": "epoch"}
 RATE_WINDOW = 8  # logging steps over which tokens/s and the ETA are averaged
 
-
-def _number(value):
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
 def emit(prefix: str, record: dict, stream=None) -> None:
@@ -39,7 +34,7 @@ def reward_stats(logs: dict, stat: str = "mean") -> dict:
     out = {}
     for key, value in logs.items():
         if key.startswith("rewards/") and key.endswith("/" + stat):
-            out[key[len("rewards/"):-len(stat) - 1]] = _number(value)
+            out[key[len("rewards/"):-len(stat) - 1]] = finite(value)
     return out
 
 
@@ -62,7 +57,7 @@ class ProgressCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.monotonic()
         self.window.clear()
-        self.window.append((self.start, state.global_step, _number(getattr(state, "num_input_tokens_seen", None))))
+        self.window.append((self.start, state.global_step, finite(getattr(state, "num_input_tokens_seen", None))))
         if self.metrics is not None and state.is_world_process_zero:
             self.metrics.begin(state.global_step, state.max_steps)
 
@@ -72,12 +67,12 @@ class ProgressCallback(TrainerCallback):
             return  # the final train summary (train_runtime, ...) is not a step
         now = time.monotonic()
         record = {"step": state.global_step, "maxSteps": state.max_steps}
-        record.update({field: _number(logs.get(key)) for field, key in _FIELDS.items()})
+        record.update({field: finite(logs.get(key)) for field, key in _FIELDS.items()})
         record["rewards"] = reward_stats(logs, "mean")
         record["rewardStds"] = reward_stats(logs, "std")
-        tokens = _number(logs.get("num_tokens"))
+        tokens = finite(logs.get("num_tokens"))
         if tokens is None:
-            tokens = _number(getattr(state, "num_input_tokens_seen", None))
+            tokens = finite(getattr(state, "num_input_tokens_seen", None))
         self.window.append((now, state.global_step, tokens))
         t0, s0, k0 = self.window[0]
         dt = now - t0
