@@ -38,17 +38,17 @@ class Document:
 
 def _check_size(value: Any) -> None:
     """Counts nodes as a consumer would see them (aliases expanded) without expanding them."""
-    budget = [MAX_NODES]
+    budget = MAX_NODES
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         node, depth = stack.pop()
-        budget[0] -= 1
-        if budget[0] < 0:
+        budget -= 1
+        if budget < 0:
             raise DocumentError(f"document expands to more than {MAX_NODES} values (a YAML alias bomb?)")
         if depth > MAX_DEPTH:
             raise DocumentError(f"document nests deeper than {MAX_DEPTH} levels (or refers to itself)")
         if isinstance(node, dict):
-            for k, v in node.items():
+            for v in node.values():
                 stack.append((v, depth + 1))
         elif isinstance(node, list):
             for v in node:

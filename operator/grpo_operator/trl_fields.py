@@ -52,12 +52,14 @@ def trl_version() -> str:
     return table()["trl"]
 
 
+@lru_cache(maxsize=1)
+def _defaults() -> dict[str, Any]:
+    return {f.name: f.default for f in fields()}
+
+
 def default(name: str) -> Any:
-    """TRL's default for a snake_case field name."""
-    for f in fields():
-        if f.name == name:
-            return f.default
-    raise KeyError(name)
+    """TRL's default for a snake_case field name (KeyError for an unknown one)."""
+    return _defaults()[name]
 
 
 # Fields the operator sets from other parts of the spec: a user value there would be silently overridden or
