@@ -10,6 +10,7 @@ that account must allow exactly the chart's rules and deny secrets and everythin
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import sys
 import time
@@ -203,7 +204,10 @@ def lifecycle(inst: Install, ns: str) -> None:
 
 def assert_no_permission_errors(inst: Install) -> None:
     log = inst.log()
-    for bad in ("403", "Forbidden", "forbidden", "Not enough permissions", "Not enough RBAC"):
+    # A bare "403" would also match timestamps ("14.403") and ports; only a status code counts.
+    status_403 = re.search(r"(?<![\w.:-])403(?![\w.])", log)
+    assert status_403 is None, f"HTTP 403 in the operator log:\n{log[-4000:]}"
+    for bad in ("Forbidden", "forbidden", "Not enough permissions", "Not enough RBAC"):
         assert bad not in log, f"{bad!r} in the operator log:\n{log[-4000:]}"
 
 
