@@ -10,7 +10,7 @@ How pods are followed (and why):
   * the reconciler is one coalescing asyncio task per job: at most one reconcile of a job runs at a time,
     kicks arriving meanwhile fold into one more pass. It reads the cached job + the pod index, calls
     lifecycle.decide(), then writes: status first (a merge patch on the status subresource, only when it
-    differs), then Events, deletions, creations. Timers (backoff, deadline, TTL) and a periodic resync of
+    differs), then deletions, creations; Events are recorded for a background writer (events.py). Timers (backoff, deadline, TTL) and a periodic resync of
     every job re-kick it, so status converges even when a write or an event was lost.
   * live progress: every GRPO_PROGRESS_INTERVAL_SECONDS a background task GETs /metrics of the running jobs'
     trainer pods (a second index holds their pod IP and `metrics` port; only the known global-rank-0 pod once it
@@ -26,7 +26,6 @@ import logging
 import os
 import random
 import time
-import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -34,7 +33,7 @@ from typing import Any, Optional
 import aiohttp
 import kopf
 
-from . import api, kube, lifecycle, manifests, validation
+from . import api, events, kube, lifecycle, manifests, validation
 from . import metrics as opmetrics
 from . import progress as progress_mod
 
@@ -78,7 +77,8 @@ class Config:
             image=e.get("GRPO_TRAINER_IMAGE") or manifests.DEFAULT_TRAINER_IMAGE,
             resync_seconds=float(e.get("GRPO_RESYNC_SECONDS", "60")),
             policy=lifecycle.Policy(backoff_base=float(e.get("GRPO_BACKOFF_BASE_SECONDS", "10")),
-                                    backoff_cap=float(e.get("GRPO_BACKOFF_CAP_SECONDS", "300"))),
+                                    backoff_cap=float(e.get("GRPO_BACKOFF_CAP_SECONDS", "300")),
+                                    force_delete_after=_seconds_or_off(e.get("GRPO_FORCE_DELETE_AFTER_SECONDS", "60"))),
             webhook_listen=e.get("GRPO_WEBHOOK_LISTEN") or None,
             webhook_host=e.get("GRPO_WEBHOOK_HOST") or None,
             webhook_manage=e.get("GRPO_WEBHOOK_MANAGE", "") in ("1", "true", "yes"),
@@ -95,6 +95,14 @@ class Config:
             metrics_listen=e.get("GRPO_METRICS_LISTEN") or None,
             trainer_metrics_port=int(e.get("GRPO_TRAINER_METRICS_PORT", str(manifests.DEFAULT_METRICS_PORT))),
         )
+
+
+def _seconds_or_off(value: str) -> Optional[float]:
+    """'60' → 60.0; 'off', 'never', '' or a negative number → None (the feature is off)."""
+    if value.strip().lower() in ("", "off", "never", "none", "false"):
+        return None
+    seconds = float(value)
+    return None if seconds < 0 else seconds
 
 
 def _rv(body: Any) -> Optional[int]:
@@ -158,7 +166,7 @@ class Controller:
         # bounded: a parsed spec is ~15 KB and validation takes ~0.4 ms, so only recently active jobs are kept
         self._vcache: "OrderedDict[Key, tuple[Any, validation.ValidationResult]]" = OrderedDict()
         self._expect_create: dict[Key, dict[str, tuple[int, float]]] = {}
-        self._expect_delete: dict[tuple[str, str], float] = {}
+        self._expect_delete: dict[tuple[str, ...], float] = {}
         self._foreign: dict[Key, dict[str, tuple[lifecycle.PodInfo, float]]] = {}
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         self._dirty: set[Key] = set()
@@ -166,6 +174,7 @@ class Controller:
         self._errors: dict[Key, int] = {}
         self._sem: Optional[asyncio.Semaphore] = None
         self._resync_task: Optional[asyncio.Task[None]] = None
+        self.events = events.EventRecorder(self._send_event)
         self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0, "errors": 0}
 
     # ------------------------------------------------------------------ scheduling
@@ -339,7 +348,7 @@ class Controller:
                 await create_task
         # 2. events (best effort)
         for ev in dec.events:
-            asyncio.get_running_loop().create_task(self._post_event(body, ev))
+            self.events.record(body, ev)
         # 3. deletions
         if dec.delete_job:
             await k.delete("GRPOJob", ns, name, propagation="Background", uid=uid)
@@ -353,6 +362,13 @@ class Controller:
                 continue
             self._expect_delete[dk] = now
             dels.append(self._delete_pod(ns, pod, uids.get(pod)))
+        for pod, why in dec.force_delete_pods:
+            dk = (ns, pod, "force")
+            if now - self._expect_delete.get(dk, -1e9) < 30.0:
+                continue
+            self._expect_delete[dk] = now
+            self.events.record(body, lifecycle.JobEvent("Warning", "ForceDeleted", why))
+            dels.append(self._delete_pod(ns, pod, uids.get(pod), grace_seconds=0))
         if dels:
             await asyncio.gather(*dels)
         # 4. creations
@@ -470,11 +486,11 @@ class Controller:
     def _sem_ctx(self) -> Any:
         return self._sem if self._sem is not None else Controller._NullCtx()
 
-    async def _delete_pod(self, ns: str, name: str, uid: Optional[str]) -> None:
+    async def _delete_pod(self, ns: str, name: str, uid: Optional[str], grace_seconds: Optional[int] = None) -> None:
         assert self.kube is not None
         try:
             async with self._sem_ctx():
-                await self.kube.delete("Pod", ns, name, uid=uid)
+                await self.kube.delete("Pod", ns, name, uid=uid, grace_seconds=grace_seconds)
             self.stats["deletes"] += 1
         except kube.Conflict:  # uid precondition failed: a newer pod of that name; leave it
             pass
@@ -529,28 +545,9 @@ class Controller:
         self.kick_later(key, 0.2)
         return False
 
-    async def _post_event(self, body: dict[str, Any], ev: lifecycle.JobEvent) -> None:
-        if self.kube is None:
-            return
-        meta = body.get("metadata") or {}
-        now = lifecycle.fmt_time(lifecycle.now_utc())
-        event = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta.get('name')}.{uuid.uuid4().hex[:16]}", "namespace": meta.get("namespace")},
-            "involvedObject": {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": meta.get("name"),
-                               "namespace": meta.get("namespace"), "uid": meta.get("uid"),
-                               "resourceVersion": meta.get("resourceVersion")},
-            "reason": ev.reason, "message": ev.message[:1024], "type": ev.type,
-            "source": {"component": "grpo-operator"}, "reportingComponent": "grpo-operator",
-            "reportingInstance": os.environ.get("HOSTNAME", "grpo-operator"),
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        }
-        try:
-            async with self._sem_ctx():
-                await self.kube.post_event(meta.get("namespace", "default"), event)
-        except Exception as exc:  # noqa: BLE001 — events are best effort
-            log.debug("event %s for %s not posted: %s", ev.reason, meta.get("name"), exc)
-        log.info("%s/%s: %s %s: %s", meta.get("namespace"), meta.get("name"), ev.type, ev.reason, ev.message)
+    async def _send_event(self, namespace: str, event: dict[str, Any]) -> None:
+        if self.kube is not None:
+            await self.kube.post_event(namespace, event)
 
 
 async def _login(**kwargs: Any) -> Any:
@@ -587,6 +584,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
             await controller._http.close()
         for t in list(controller._tasks.values()):
             t.cancel()
+        await controller.events.close()
         if controller.kube is not None:
             await controller.kube.close()
 

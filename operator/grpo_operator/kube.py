@@ -131,11 +131,13 @@ class Kube:
         return await self.request("GET", path_for(kind, namespace, name))
 
     async def delete(self, kind: str, namespace: str, name: str, *, propagation: Optional[str] = None,
-                     uid: Optional[str] = None) -> bool:
+                     uid: Optional[str] = None, grace_seconds: Optional[int] = None) -> bool:
         """Delete; False when already gone. A uid precondition never deletes a newer namesake."""
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if propagation:
             body["propagationPolicy"] = propagation
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
         if uid:
             body["preconditions"] = {"uid": uid}
         try:

@@ -56,6 +56,9 @@ class Policy:
     backoff_base: float = 10.0  # seconds before the first restart; doubles each restart
     backoff_cap: float = 300.0
     expectation_ttl: float = 30.0  # how long a pod we created may be missing from the watch cache
+    # A pod still there this long after its deletionTimestamp (the end of its grace period) has no kubelet to
+    # finish it: its node is lost. It is force-deleted (grace 0) so the gang can restart. None: never.
+    force_delete_after: Optional[float] = 60.0
 
 
 # ---------------------------------------------------------------------------------------------- time
@@ -93,6 +96,7 @@ class PodInfo:
     owner_kind: Optional[str] = None
     phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
     deleting: bool = False
+    deletion_due: Optional[_dt.datetime] = None  # metadata.deletionTimestamp: when the kubelet should be done
     exit_code: Optional[int] = None
     signal: Optional[int] = None
     reason: Optional[str] = None  # pod.status.reason (Evicted, NodeLost, DeadlineExceeded…)
@@ -163,6 +167,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
         owner_kind=owner_kind,
         phase=status.get("phase") or "Pending",
         deleting=bool(meta.get("deletionTimestamp")),
+        deletion_due=parse_time(meta.get("deletionTimestamp")),
         exit_code=exit_code if isinstance(exit_code, int) else None,
         signal=sig if isinstance(sig, int) else None,
         reason=reason,
@@ -264,6 +269,9 @@ class Decision:
     create_attempt: Optional[int] = None  # attempt number of the pods to create
     create_pods: list[str] = field(default_factory=list)  # pod names to create (from render)
     delete_pods: list[str] = field(default_factory=list)
+    # stuck terminating on a lost node: (pod, why) to delete with grace 0; the I/O layer posts `why` as a
+    # ForceDeleted Warning when it sends the delete (decide() repeats until the pod is gone)
+    force_delete_pods: list[tuple[str, str]] = field(default_factory=list)
     delete_job: bool = False
     events: list[JobEvent] = field(default_factory=list)
     requeue_after: Optional[float] = None
@@ -338,6 +346,23 @@ def _transition_events(old: Mapping[str, Any], new: Mapping[str, Any], dec: Deci
             dec.events.append(JobEvent("Warning", "ChildConflict", c.get("message", "")))
 
 
+def force_stuck(pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy, dec: Decision) -> None:
+    """Pods still terminating `policy.force_delete_after` seconds past their deletionTimestamp are force-deleted
+    (their node's kubelet is gone: they would block the gang restart forever); the others are waited for."""
+    if policy.force_delete_after is None:
+        return
+    for p in pods:
+        if not p.deleting or p.deletion_due is None or p.synthetic:
+            continue
+        late = (now - p.deletion_due).total_seconds()
+        if late >= policy.force_delete_after:
+            dec.force_delete_pods.append((p.name, f"pod {p.name} was still terminating {late:.0f}s after its grace "
+                                                  f"period ended (its node is unreachable?); force-deleted so the "
+                                                  f"job can go on"))
+        else:
+            dec.requeue(policy.force_delete_after - late)
+
+
 def decide(job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy = Policy()) -> Decision:
     """The whole reconciliation: what the status should be and what to create/delete."""
     old = job.status
@@ -363,6 +388,7 @@ def decide(job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Pol
     def finish() -> Decision:
         dec.status = _clean(st)
         _transition_events(old, dec.status, dec)
+        force_stuck(ours + stale_incarnation, now, policy, dec)
         return dec
 
     def delete_active(keep_succeeded: bool = False) -> None:

@@ -41,6 +41,9 @@ API_ERRORS = Counter("grpo_operator_api_errors_total", "Kubernetes API requests 
                      "failed, by verb and HTTP code (timeout/connection for no answer). kopf's watches are not "
                      "counted. 409 on create (AlreadyExists, idempotent creation) and 404 on delete are expected.",
                      ["verb", "code"], registry=REGISTRY)
+EVENTS_DROPPED = Counter("grpo_operator_events_dropped_total", "Kubernetes Events not posted because the "
+                         "background recorder's queue was full (the API server is slower than the jobs change).",
+                         registry=REGISTRY)
 PROGRESS_SCRAPES = Counter("grpo_operator_progress_scrapes_total", "Scrapes of trainer pods' /metrics: ok, timeout, "
                            "connection (refused/unreachable), http (non-200), parse (not Prometheus text); "
                            "no_rank0 counts job rounds where no pod said it is global rank 0.", ["result"],

@@ -89,7 +89,8 @@ class OperatorProcess:
 def operator_process(crd: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     live = free_port()
     op = OperatorProcess(crd.kubeconfig, tmp_path_factory.mktemp("operator"), "--all-namespaces", "--json-logs",
-                         "--liveness", f"http://127.0.0.1:{live}/healthz", webhook=True)
+                         "--liveness", f"http://127.0.0.1:{live}/healthz", webhook=True,
+                         env={"GRPO_FORCE_DELETE_AFTER_SECONDS": "2"})
     op.liveness_url = f"http://127.0.0.1:{live}/healthz"
     op.start()
     try:

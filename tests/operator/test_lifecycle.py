@@ -461,3 +461,47 @@ def test_success_takes_the_final_progress_from_rank0_termination_message() -> No
     assert dec.status["progress"]["etaSeconds"] == 0
     dec = decide(body, [p0, lc.summarize_pod(pod_body("job", 1, "Succeeded", uid=UID, exit_code=0))])
     assert dec.status["progress"]["display"] == "106/120"  # no record: the last scrape stays
+
+
+# --------------------------------------------------------------------------------------------- lost node
+def test_pods_stuck_terminating_on_a_lost_node_are_force_deleted_after_the_grace_period() -> None:
+    body = job_body("job", nodes=2, uid=UID, status=dict(RUNNING))
+    d1 = decide(body, [pod(0, "Running"), pod(1, "Running", deleting=True)])  # node of rank 1 lost, pod evicted
+    assert d1.status["phase"] == "Restarting" and d1.delete_pods == ["job-node-0"] and not d1.force_delete_pods
+    b1 = apply(body, d1)
+    stuck = [pod(0, "Running", deleting=True), pod(1, "Running", deleting=True)]  # deletionTimestamp = T0
+    d2 = decide(b1, stuck, T0 + dt.timedelta(seconds=45))
+    assert not d2.force_delete_pods and not d2.create_pods and not d2.delete_pods
+    assert d2.requeue_after == pytest.approx(15, abs=0.1)  # comes back when they are due
+    d3 = decide(apply(b1, d2), stuck, T0 + dt.timedelta(seconds=61))
+    assert [n for n, _ in d3.force_delete_pods] == ["job-node-0", "job-node-1"] and not d3.create_pods
+    assert all("61s after its grace period" in why for _, why in d3.force_delete_pods)
+    assert d3.status["phase"] == "Restarting" and d3.status["restarts"] == 1  # no second restart for the same loss
+    d4 = decide(apply(b1, d3), [], T0 + dt.timedelta(seconds=62))  # gone: the next attempt is created
+    assert d4.create_attempt == 1 and d4.create_pods == ["job-node-0", "job-node-1"]
+
+
+def test_force_delete_can_be_turned_off_and_never_touches_live_or_synthetic_pods() -> None:
+    body = job_body("job", nodes=2, uid=UID, status={**RUNNING, "phase": "Restarting", "restarts": 1})
+    stuck = [pod(0, "Running", deleting=True), pod(1, "Running", deleting=True)]
+    later = T0 + dt.timedelta(days=1)
+    assert not lc.decide(view(body), stuck, later, lc.Policy(force_delete_after=None)).force_delete_pods
+    live = [pod(0, "Running", attempt=1), pod(1, "Running", attempt=1),
+            lc.PodInfo(name="job-node-1", attempt=1, owner_uid=UID, synthetic=True, deleting=True)]
+    assert not decide(body, live, later).force_delete_pods
+
+
+def test_a_stuck_pod_of_an_older_job_with_the_same_name_is_force_deleted_too() -> None:
+    old = lc.summarize_pod(pod_body("job", 0, "Running", uid="uid-old", deleting=True))
+    dec = decide(job_body("job", nodes=1, uid=UID), [old], T0 + dt.timedelta(seconds=120))
+    assert [n for n, _ in dec.force_delete_pods] == ["job-node-0"]
+
+
+@pytest.mark.parametrize("raw, seconds", [("60", 60.0), ("0", 0.0), ("2.5", 2.5), ("off", None), ("", None),
+                                          ("-1", None), ("never", None)])
+def test_force_delete_setting_from_the_environment(raw: str, seconds: float | None) -> None:
+    from grpo_operator import handlers
+
+    cfg = handlers.Config.from_env({"GRPO_FORCE_DELETE_AFTER_SECONDS": raw})
+    assert cfg.policy.force_delete_after == seconds
+    assert handlers.Config.from_env({}).policy.force_delete_after == 60.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 from conftest import (get_job, pod_exit, pod_running, pod_unschedulable, pods_of, wait_job, wait_pods)
@@ -95,9 +96,11 @@ def test_job_lifecycle_running_retry_success_and_gc(operator_process, kubectl, k
     st = wait_job(k, ns, "train", lambda s: s.get("phase") == "Succeeded")["status"]
     assert st["completionTime"] and st["restarts"] == 1 and cond(st, "Succeeded")["status"] == "True"
 
-    events = k.json("get", "events", "-n", ns, "--field-selector", "involvedObject.name=train")["items"]
-    reasons = {e["reason"] for e in events}
-    assert {"Pending", "Running", "Restarting", "Succeeded"} <= reasons, reasons
+    def events_posted() -> Any:  # Events are posted in the background, after the status
+        evs = k.json("get", "events", "-n", ns, "--field-selector", "involvedObject.name=train")["items"]
+        return evs if {"Pending", "Running", "Restarting", "Succeeded"} <= {e["reason"] for e in evs} else None
+
+    events = wait_until(events_posted, 30, 0.5, what="the job's events")
     assert any(e["type"] == "Warning" and e["reason"] == "Restarting" for e in events)
 
     # deleting the job garbage-collects every child (kube-controller-manager's GC)
@@ -181,3 +184,43 @@ def test_vllm_server_mode_gang_restart(operator_process, kubectl, k8s_namespace)
     time.sleep(2)  # stays at attempt 1: no delete/recreate loop of the server pod
     assert {p["metadata"]["uid"] for p in pods_of(k, ns, "srv")} == {p["metadata"]["uid"] for p in new}
     assert get_job(k, ns, "srv")["status"]["restarts"] == 1
+
+
+def test_lost_node_pod_stuck_terminating_is_force_deleted_and_the_gang_restarts(operator_process, kubectl,
+                                                                               k8s_namespace) -> None:
+    """A node that stops answering: its pod is evicted (deletionTimestamp set) but no kubelet ever confirms, so
+    the pod would stay Terminating forever and block the gang restart. The operator runs with
+    GRPO_FORCE_DELETE_AFTER_SECONDS=2."""
+    k, ns = kubectl, k8s_namespace
+    node = f"lost-{ns}"
+    k.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    try:
+        k.apply(manifest("lost", nodes=2), "-n", ns)
+        wait_pods(k, ns, "lost", 2)
+        # the scheduler puts rank 1 on the node that will be lost (rank 0 stays unbound: its deletion is instant,
+        # as on a healthy node whose kubelet confirms at once)
+        k.create({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "lost-node-1"},
+                  "target": {"apiVersion": "v1", "kind": "Node", "name": node}}, "-n", ns)
+        for name in ("lost-node-0", "lost-node-1"):
+            pod_running(k, ns, name)
+        wait_job(k, ns, "lost", lambda s: s.get("phase") == "Running")
+        old_uid = k.json("get", "pod", "lost-node-1", "-n", ns)["metadata"]["uid"]
+
+        k("delete", "pod", "lost-node-1", "-n", ns, "--grace-period=1", "--wait=false")  # the eviction
+        stuck = k.json("get", "pod", "lost-node-1", "-n", ns, check=False)
+        assert stuck and stuck["metadata"].get("deletionTimestamp"), stuck  # terminating, not gone
+
+        new = wait_pods(k, ns, "lost", 2, attempt=1, timeout=60)
+        assert old_uid not in {p["metadata"]["uid"] for p in new}
+        st = wait_job(k, ns, "lost", lambda s: s.get("restarts") == 1 and s.get("phase") == "Pending")["status"]
+        assert st["lastFailureReason"] == "PodDeleted", st
+
+        def force_event() -> Any:
+            evs = k.json("get", "events", "-n", ns, "--field-selector", "involvedObject.name=lost")["items"]
+            return [e for e in evs if e["reason"] == "ForceDeleted"]
+
+        evs = wait_until(force_event, 30, 0.5, what="a ForceDeleted event")
+        assert evs[0]["type"] == "Warning" and "lost-node-1" in evs[0]["message"], evs
+        assert "grace period" in evs[0]["message"]
+    finally:
+        k("delete", "node", node, "--wait=false", check=False)
