@@ -13,7 +13,7 @@ How pods are followed (and why):
     differs), then deletions, creations; Events are recorded for a background writer (events.py). Timers (backoff, deadline, TTL) and a periodic resync of
     every job re-kick it, so status converges even when a write or an event was lost.
   * live progress: every GRPO_PROGRESS_INTERVAL_SECONDS a background task GETs /metrics of the running jobs'
-    trainer pods (a second index holds their pod IP and `metrics` port; only the known global-rank-0 pod once it
+    trainer pods (the pod index also holds their pod IP and `metrics` port; only the known global-rank-0 pod once it
     is found), turns the text into status.progress (progress.py, pure) and kicks the job's reconciler, which puts it
     into the status write: for free when the status changes anyway, else at most once per interval per job.
 """
@@ -158,8 +158,9 @@ class Controller:
         self.config = config
         self.kube: Optional[kube.Kube] = None
         self.jobs: dict[Key, dict[str, Any]] = {}
-        self.pods_index: Any = None  # kopf.Index: Key -> Store[PodInfo]
-        self.endpoints_index: Any = None  # kopf.Index: Key -> Store[progress.Endpoint] (trainer pods)
+        # kopf.Index: Key -> Store[(PodInfo, progress.Endpoint or None)]; the endpoint is a trainer pod's metrics
+        # address. One index, not two: kopf's per-event cost grows with every handler on pods.
+        self.pods_index: Any = None
         self._progress: dict[Key, ProgressState] = {}
         self._progress_task: Optional[asyncio.Task[None]] = None
         self._http: Optional[aiohttp.ClientSession] = None
@@ -278,7 +279,7 @@ class Controller:
     def observed_pods(self, key: Key, job_uid: str) -> list[lifecycle.PodInfo]:
         pods: list[lifecycle.PodInfo] = []
         if self.pods_index is not None and key in self.pods_index:
-            pods = list(self.pods_index[key])
+            pods = [info for info, _ in self.pods_index[key]]
         now = time.monotonic()
         seen = {p.name: p for p in pods}
         expected = self._expect_create.get(key, {})
@@ -427,7 +428,8 @@ class Controller:
             return
         st = body.get("status") or {}
         attempt = lifecycle._int(st.get("restarts"), 0)
-        eps = list(self.endpoints_index[key]) if self.endpoints_index is not None and key in self.endpoints_index else []
+        idx = self.pods_index
+        eps = [e for _, e in idx[key] if e is not None] if idx is not None and key in idx else []
         ps = self._progress.setdefault(key, ProgressState())
         if ps.attempt != attempt:
             ps.attempt, ps.rank0_pod = attempt, None
@@ -593,23 +595,18 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
     selector = {manifests.LABEL_JOB: kopf.PRESENT}
 
     @kopf.index("v1", "pods", labels=selector, id="grpo_pods", registry=registry)
-    async def grpo_pods(meta: Any, body: Any, namespace: Optional[str], **_: Any) -> Any:  # async: no thread pool
+    async def grpo_pods(meta: Any, spec: Any, status: Any, body: Any, namespace: Optional[str],
+                        **_: Any) -> Any:  # async: no thread pool
         job = job_key_of_pod(meta)
         if not job:
             return None
-        return {(namespace or "", job): lifecycle.summarize_pod(body)}
-
-    @kopf.index("v1", "pods", labels=selector, id="grpo_endpoints", registry=registry)
-    async def grpo_endpoints(meta: Any, spec: Any, status: Any, namespace: Optional[str], **_: Any) -> Any:
-        job = job_key_of_pod(meta)
-        if not job or (meta.get("labels") or {}).get(manifests.LABEL_ROLE, lifecycle.ROLE_TRAINER) != lifecycle.ROLE_TRAINER:
-            return None
-        return {(namespace or "", job): endpoint_of_pod(meta, spec, status)}
+        trainer = (meta.get("labels") or {}).get(manifests.LABEL_ROLE, lifecycle.ROLE_TRAINER) == lifecycle.ROLE_TRAINER
+        return {(namespace or "", job): (lifecycle.summarize_pod(body),
+                                         endpoint_of_pod(meta, spec, status) if trainer else None)}
 
     @kopf.on.event("v1", "pods", labels=selector, registry=registry)
-    async def pod_event(meta: Any, namespace: Optional[str], grpo_pods: Any, grpo_endpoints: Any, **_: Any) -> None:
+    async def pod_event(meta: Any, namespace: Optional[str], grpo_pods: Any, **_: Any) -> None:
         controller.pods_index = grpo_pods
-        controller.endpoints_index = grpo_endpoints
         controller.ensure_background()
         job = job_key_of_pod(meta)
         if job:
@@ -618,9 +615,8 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
                 controller.kick(key)
 
     @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
-    async def job_event(event: Any, body: Any, grpo_pods: Any, grpo_endpoints: Any, **_: Any) -> None:
+    async def job_event(event: Any, body: Any, grpo_pods: Any, **_: Any) -> None:
         controller.pods_index = grpo_pods
-        controller.endpoints_index = grpo_endpoints
         controller.ensure_background()
         raw = copy.deepcopy(dict(body))
         meta = raw.get("metadata") or {}
