@@ -146,6 +146,14 @@ async def with_operator(c: Client, ns: str, n: int, nodes: int) -> float:
     return t_end - t0
 
 
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU time of a process (less noisy than wall time on a shared 2-core machine)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def main_async(args: argparse.Namespace) -> list[dict]:
     results = []
     with ControlPlane(authorization_mode="AlwaysAllow", controller_manager=False) as cp:
@@ -164,7 +172,9 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
                 try:
                     await asyncio.sleep(3)  # operator started and watching
                     rss0 = rss_bytes(op.pid) or 0
+                    cpu0 = cpu_seconds(op.pid)
                     t_op = await with_operator(c, ns_o, n, args.nodes)
+                    cpu = cpu_seconds(op.pid) - cpu0
                     await asyncio.sleep(1)
                     rss = rss_bytes(op.pid) or 0
                     await asyncio.sleep(args.settle)  # kopf's per-object workers end after batching.idle_timeout
@@ -174,6 +184,7 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
                     op.wait(20)
                 r = {"jobs": n, "nodes_per_job": args.nodes, "objects_per_job": 2 + args.nodes,
                      "floor_s": round(t_floor, 3), "operator_s": round(t_op, 3), "ratio": round(t_op / t_floor, 2),
+                     "operator_cpu_ms_per_job": round(cpu * 1000 / n, 2),
                      "operator_rss_mb_idle": round(rss0 / 2**20, 1), "operator_rss_mb": round(rss / 2**20, 1),
                      f"operator_rss_mb_after_{args.settle:g}s": round(rss_settled / 2**20, 1)}
                 print(json.dumps(r), flush=True)
