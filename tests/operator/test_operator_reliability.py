@@ -66,8 +66,12 @@ def test_controller_rejects_invalid_job_without_webhook(crd, kubectl, k8s_namesp
         st = wait_job(k, ns, "bad", lambda s: s.get("phase") == "Rejected")["status"]
         c = cond(st, "Rejected")
         assert c["status"] == "True" and "numGenerations" in c["message"] and c["observedGeneration"] == 1
-        events = k.json("get", "events", "-n", ns, "--field-selector", "involvedObject.name=bad")["items"]
-        assert any(e["type"] == "Warning" and e["reason"] == "Rejected" for e in events)
+
+        def rejected_event() -> bool:  # Events are posted in the background, after the status
+            events = k.json("get", "events", "-n", ns, "--field-selector", "involvedObject.name=bad")["items"]
+            return any(e["type"] == "Warning" and e["reason"] == "Rejected" for e in events)
+
+        wait_until(rejected_event, 30, 0.3, what="a Warning event Rejected")
         time.sleep(1)
         assert not pods_of(k, ns, "bad")
     finally:
