@@ -131,6 +131,8 @@ BAD_VALUES = [
     ("metrics.trainerPort=70000", ["trainerPort"]),
     ("metrics.serviceMonitor.interval=soon", ["interval"]),
     ("metrics.progressIntervalSeconds=-1", ["progressIntervalSeconds"]),
+    ("lifecycle.forceDeleteAfterSeconds=-5", ["forceDeleteAfterSeconds"]),
+    ("lifecycle.backoffBaseSeconds=soon", ["backoffBaseSeconds"]),
 ]
 
 
@@ -360,3 +362,21 @@ def test_service_monitor_and_pod_monitor() -> None:
     (pm,) = by_kind(docs, "PodMonitor")
     assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
     assert _env(by_kind(docs, "Deployment")[0])["GRPO_TRAINER_METRICS_PORT"] == "0"
+
+
+# ------------------------------------------------------------------------------------------ lifecycle
+@pytest.mark.parametrize("values, force, base, cap", [
+    ({}, "60", "10", "300"),
+    ({"lifecycle": {"forceDeleteAfterSeconds": None, "backoffBaseSeconds": 2.5, "backoffCapSeconds": 60}},
+     "off", "2.5", "60"),
+    ({"lifecycle": {"forceDeleteAfterSeconds": 0}}, "0", "10", "300"),
+])
+def test_lifecycle_values_reach_the_operator(values: dict[str, Any], force: str, base: str, cap: str) -> None:
+    from grpo_operator import handlers
+
+    env = _env(by_kind(render(values), "Deployment")[0])
+    assert (env["GRPO_FORCE_DELETE_AFTER_SECONDS"], env["GRPO_BACKOFF_BASE_SECONDS"],
+            env["GRPO_BACKOFF_CAP_SECONDS"]) == (force, base, cap)
+    policy = handlers.Config.from_env(env).policy  # what the operator makes of them
+    assert policy.force_delete_after == (None if force == "off" else float(force))
+    assert (policy.backoff_base, policy.backoff_cap) == (float(base), float(cap))
