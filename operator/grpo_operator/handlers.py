@@ -70,15 +70,24 @@ class Config:
     @classmethod
     def from_env(cls, env: Optional[dict[str, str]] = None) -> "Config":
         e = os.environ if env is None else env
+
+        def num(name: str, default: str, kind: type = float) -> Any:
+            raw = e.get(name, default)
+            try:
+                return kind(raw)
+            except ValueError:
+                raise ValueError(f"{name}={raw!r} is not {'an integer' if kind is int else 'a number'}") from None
+
         ns = [n.strip() for n in e.get("GRPO_NAMESPACES", "").replace(",", " ").split() if n.strip()]
         return cls(
             namespaces=ns,
             all_namespaces=e.get("GRPO_ALL_NAMESPACES", "") in ("1", "true", "yes"),
             image=e.get("GRPO_TRAINER_IMAGE") or manifests.DEFAULT_TRAINER_IMAGE,
-            resync_seconds=float(e.get("GRPO_RESYNC_SECONDS", "60")),
-            policy=lifecycle.Policy(backoff_base=float(e.get("GRPO_BACKOFF_BASE_SECONDS", "10")),
-                                    backoff_cap=float(e.get("GRPO_BACKOFF_CAP_SECONDS", "300")),
-                                    force_delete_after=_seconds_or_off(e.get("GRPO_FORCE_DELETE_AFTER_SECONDS", "60"))),
+            resync_seconds=num("GRPO_RESYNC_SECONDS", "60"),
+            policy=lifecycle.Policy(backoff_base=num("GRPO_BACKOFF_BASE_SECONDS", "10"),
+                                    backoff_cap=num("GRPO_BACKOFF_CAP_SECONDS", "300"),
+                                    force_delete_after=_seconds_or_off(
+                                        "GRPO_FORCE_DELETE_AFTER_SECONDS", e.get("GRPO_FORCE_DELETE_AFTER_SECONDS", "60"))),
             webhook_listen=e.get("GRPO_WEBHOOK_LISTEN") or None,
             webhook_host=e.get("GRPO_WEBHOOK_HOST") or None,
             webhook_manage=e.get("GRPO_WEBHOOK_MANAGE", "") in ("1", "true", "yes"),
@@ -89,19 +98,22 @@ class Config:
             json_logs=e.get("GRPO_LOG_FORMAT", "") == "json",
             log_level=e.get("GRPO_LOG_LEVEL", "INFO"),
             scanning=e.get("GRPO_SCANNING", "1") not in ("0", "false", "no"),
-            max_concurrent_writes=int(e.get("GRPO_MAX_CONCURRENT_WRITES", "32")),
+            max_concurrent_writes=num("GRPO_MAX_CONCURRENT_WRITES", "32", int),
             peering=e.get("GRPO_PEERING") or None,
-            progress_interval=float(e.get("GRPO_PROGRESS_INTERVAL_SECONDS", "15")),
+            progress_interval=num("GRPO_PROGRESS_INTERVAL_SECONDS", "15"),
             metrics_listen=e.get("GRPO_METRICS_LISTEN") or None,
-            trainer_metrics_port=int(e.get("GRPO_TRAINER_METRICS_PORT", str(manifests.DEFAULT_METRICS_PORT))),
+            trainer_metrics_port=num("GRPO_TRAINER_METRICS_PORT", str(manifests.DEFAULT_METRICS_PORT), int),
         )
 
 
-def _seconds_or_off(value: str) -> Optional[float]:
+def _seconds_or_off(name: str, value: str) -> Optional[float]:
     """'60' → 60.0; 'off', 'never', '' or a negative number → None (the feature is off)."""
     if value.strip().lower() in ("", "off", "never", "none", "false"):
         return None
-    seconds = float(value)
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not a number of seconds or 'off'") from None
     return None if seconds < 0 else seconds
 
 

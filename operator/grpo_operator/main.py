@@ -51,8 +51,11 @@ def setup_logging(json_logs: bool, level: str) -> None:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> handlers.Config:
-    cfg = handlers.Config.from_env()
     p = argparse.ArgumentParser(prog="grpo-operator", description="Kubernetes operator for GRPO post-training jobs.")
+    try:
+        cfg = handlers.Config.from_env()
+    except ValueError as exc:
+        p.error(f"environment: {exc}")  # exits 2 with the usage line, like a bad flag
     p.add_argument("--namespace", "-n", action="append", dest="namespaces", metavar="NS",
                    help="watch this namespace (repeatable; env GRPO_NAMESPACES, comma-separated)")
     p.add_argument("--all-namespaces", "-A", action="store_true", default=None, help="watch the whole cluster")

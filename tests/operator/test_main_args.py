@@ -48,3 +48,20 @@ def test_json_formatter() -> None:
     rec = logging.LogRecord("grpo_operator", logging.INFO, __file__, 1, "hello %s", ("x",), None)
     out = json.loads(main.JsonFormatter().format(rec))
     assert out["message"] == "hello x" and out["level"] == "info" and out["logger"] == "grpo_operator"
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("GRPO_RESYNC_SECONDS", "soon", "is not a number"),
+    ("GRPO_MAX_CONCURRENT_WRITES", "1.5", "is not an integer"),
+    ("GRPO_TRAINER_METRICS_PORT", "http", "is not an integer"),
+    ("GRPO_FORCE_DELETE_AFTER_SECONDS", "a minute", "seconds or 'off'"),
+])
+def test_bad_environment_is_a_usage_error_not_a_traceback(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         name: str, value: str, words: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exc:
+        main.parse_args([])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{name}={value!r}" in err and words in err and "Traceback" not in err
