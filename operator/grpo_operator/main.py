@@ -114,13 +114,20 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> handlers.Config:
         p.error("--progress-interval must be >= 0")
     if not 0 <= cfg.trainer_metrics_port <= 65535:
         p.error("--trainer-metrics-port must be a port number (0: off)")
-    if cfg.metrics_listen:
-        from . import metrics
+    from . import metrics, webhook
 
+    for flag, listen in (("--metrics-listen", cfg.metrics_listen), ("--webhook-listen", cfg.webhook_listen)):
+        if listen:
+            try:
+                if not 0 < metrics.parse_listen(listen)[1] < 65536:
+                    raise ValueError(listen)
+            except ValueError:
+                p.error(f"{flag} must be ADDR:PORT (e.g. 0.0.0.0:8443), got {listen!r}")
+    if cfg.webhook_service:
         try:
-            metrics.parse_listen(cfg.metrics_listen)
+            webhook.parse_service(cfg.webhook_service)
         except ValueError as exc:
-            p.error(str(exc))
+            p.error(f"--webhook-service: {exc}")
     if cfg.all_namespaces and cfg.namespaces:
         p.error("--all-namespaces and --namespace are mutually exclusive")
     if not cfg.all_namespaces and not cfg.namespaces:
@@ -163,6 +170,23 @@ def run(cfg: handlers.Config, stop_flag: Optional[Any] = None, ready_flag: Optio
         loop.close()
 
 
+def credentials_problem() -> Optional[str]:
+    """Why the operator could not log in to Kubernetes (None: it can), checked before kopf starts so that the user
+    gets one line instead of kopf's retries and tracebacks."""
+    import kopf
+
+    quiet = logging.getLogger("grpo_operator.login")
+    try:
+        settings = kopf.OperatorSettings()
+        if (kopf.login_with_service_account(logger=quiet, settings=settings)
+                or kopf.login_with_kubeconfig(logger=quiet, settings=settings)):
+            return None
+    except Exception as exc:  # noqa: BLE001 — a kubeconfig that exists but cannot be used
+        first = (str(exc).splitlines() or [""])[0]
+        return f"cannot use the Kubernetes credentials: {type(exc).__name__}: {first}"
+    return "no Kubernetes credentials: run in a pod with a service account, or set KUBECONFIG (or ~/.kube/config)"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = parse_args(argv)
     setup_logging(cfg.json_logs, cfg.log_level)
@@ -172,7 +196,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # Everything imported so far lives forever: keep it out of the cyclic GC's full collections, which otherwise
     # re-scan the ~80k objects of kopf, pydantic, aiohttp and our modules every time the job cache grows.
     gc.freeze()
-    run(cfg)
+    problem = credentials_problem()
+    if problem:
+        print(f"grpo-operator: error: {problem}", file=sys.stderr)
+        return 1
+    try:
+        run(cfg)
+    except Exception as exc:  # noqa: BLE001 — the operator's one exit path for what it cannot start with
+        import kopf
+
+        if not isinstance(exc, kopf.LoginError):
+            raise
+        print("grpo-operator: error: no Kubernetes credentials: run in a pod with a service account, or set "
+              "KUBECONFIG (or ~/.kube/config)", file=sys.stderr)
+        return 1
     return 0
 
 

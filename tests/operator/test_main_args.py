@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from typing import Any, Optional
+
 import pytest
 
 from grpo_operator import main
@@ -65,3 +70,24 @@ def test_bad_environment_is_a_usage_error_not_a_traceback(monkeypatch: pytest.Mo
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert f"{name}={value!r}" in err and words in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kubeconfig, words", [
+    (None, "no Kubernetes credentials"),
+    ("missing", "FileNotFoundError"),
+    ("garbage", "cannot use the Kubernetes credentials"),
+])
+def test_no_or_broken_credentials_is_one_line_and_exit_1(tmp_path: Any, kubeconfig: Optional[str], words: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)  # no ~/.kube/config
+    if kubeconfig is not None:
+        path = tmp_path / "kc"
+        if kubeconfig == "garbage":
+            path.write_text("garbage: [\n")
+        env["KUBECONFIG"] = str(path)
+    cp = subprocess.run([sys.executable, "-m", "grpo_operator.main", "--namespace", "x"], env=env,
+                        capture_output=True, text=True, timeout=60)
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 1, cp.stderr
+    assert err[-1].startswith("grpo-operator: error: ") and words in err[-1], err
+    assert "Traceback" not in cp.stderr and len(err) <= 2, err  # the start line, then the reason
