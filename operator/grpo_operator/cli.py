@@ -109,6 +109,9 @@ def _namespace(body: dict, override: Optional[str]) -> str:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    if args.namespace is not None and not validation.valid_namespace(args.namespace):
+        print(f"grpojob render: error: --namespace: {validation.namespace_problem(args.namespace)}", file=sys.stderr)
+        return EXIT_UNREADABLE
     try:
         docs = documents.load_file(args.file)
     except documents.DocumentError as exc:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import api, batch, topology, trl_fields
 
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -191,6 +192,15 @@ def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any])
     return out
 
 
+def valid_namespace(namespace: Any) -> bool:
+    return isinstance(namespace, str) and len(namespace) <= 63 and DNS1123_LABEL.match(namespace) is not None
+
+
+def namespace_problem(namespace: Any) -> str:
+    return (f"{_short(namespace)} is not a valid namespace: lowercase letters, digits and '-', starting and ending "
+            "with a letter or digit, at most 63 characters")
+
+
 def validate_spec(name: str, spec_doc: Any) -> ValidationResult:
     """Validate a spec (the dict under .spec) for a job called `name`."""
     res = ValidationResult()
@@ -240,6 +250,9 @@ def validate(doc: Any) -> ValidationResult:
         name_errors.append(FieldError("metadata.name",
                                       f"{_short(name)} is not a valid name: lowercase letters, digits, '-' and '.', "
                                       "starting and ending with a letter or digit, at most 253 characters"))
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    if namespace is not None and not valid_namespace(namespace):
+        name_errors.append(FieldError("metadata.namespace", namespace_problem(namespace)))
     if "spec" not in doc:
         res = ValidationResult(errors=name_errors + [FieldError("spec", "required field is missing")])
         return res

@@ -123,6 +123,8 @@ def _mutate(text: str, old: str, new: str) -> str:
     ("model: Qwen/Qwen2.5-0.5B-Instruct", "model: '--trust-remote-code'", "spec.model", "Hub id or a path"),
     ("model: Qwen/Qwen2.5-0.5B-Instruct", "model: \"a\\nb\"", "spec.model", "Hub id or a path"),
     ("name: good", "name: Bad_Name", "metadata.name", "not a valid name"),
+    ("{name: good}", "{name: good, namespace: Team A}", "metadata.namespace", "not a valid namespace"),
+    ("{name: good}", "{name: good, namespace: " + "a" * 64 + "}", "metadata.namespace", "at most 63"),
     ("rewards: [{name: accuracy}]", "rewards: []", "spec.rewards", "at least 1"),
 ])
 def test_bad_fields_are_named(tmp_path, old, new, field, words):
@@ -160,6 +162,16 @@ def test_render_prints_all_objects(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli", "render", str(p)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "numGenerations" in proc.stderr and proc.stdout == ""
+
+
+@pytest.mark.parametrize("namespace", ["bad ns", "Team", "a" * 64, "-x", "x;id"])
+def test_render_refuses_an_invalid_namespace_flag(tmp_path, namespace):
+    p = tmp_path / "job.yaml"
+    p.write_text(GOOD)
+    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli", "render", str(p), f"--namespace={namespace}"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert "--namespace" in proc.stderr and "not a valid namespace" in proc.stderr
 
 
 def test_crd_command_matches_checked_in_file():
