@@ -11,8 +11,8 @@ from pydantic import BaseModel, ValidationError
 
 from . import api, batch, topology, trl_fields
 
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_LABEL = re.compile(api.DNS1123_LABEL)
+DNS1123_SUBDOMAIN = re.compile(api.DNS1123_SUBDOMAIN)
 
 
 @dataclass
