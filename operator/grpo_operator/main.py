@@ -119,8 +119,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> handlers.Config:
     for flag, listen in (("--metrics-listen", cfg.metrics_listen), ("--webhook-listen", cfg.webhook_listen)):
         if listen:
             try:
-                if not 0 < metrics.parse_listen(listen)[1] < 65536:
-                    raise ValueError(listen)
+                metrics.parse_listen(listen)
             except ValueError:
                 p.error(f"{flag} must be ADDR:PORT (e.g. 0.0.0.0:8443), got {listen!r}")
     if cfg.webhook_service:

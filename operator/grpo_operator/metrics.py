@@ -99,10 +99,10 @@ def text() -> bytes:
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
-    """'ADDR:PORT' (or ':PORT', '[::]:PORT') → (addr, port)."""
+    """'ADDR:PORT' (or ':PORT', '[::]:PORT') → (addr, port); the port must be 1–65535. Serves every listen flag."""
     addr, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"metrics listen address must be ADDR:PORT, got {listen!r}")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"listen address must be ADDR:PORT with a port 1–65535, got {listen!r}")
     return addr.strip("[]") or "0.0.0.0", int(port)
 
 

@@ -174,8 +174,9 @@ def server(listen: str, host: Optional[str], cert_dir: Optional[str], service: O
     """
     import kopf
 
-    addr, _, port = listen.rpartition(":")
-    addr = addr.strip("[]") or "0.0.0.0"
+    from . import metrics
+
+    addr, port = metrics.parse_listen(listen)
     dial_host = host or (addr if addr not in ("0.0.0.0", "::") else "127.0.0.1")
     svc = parse_service(service) if service else None
     names = [dial_host] + ([addr] if addr not in ("0.0.0.0", "::") else [])
@@ -188,7 +189,7 @@ def server(listen: str, host: Optional[str], cert_dir: Optional[str], service: O
         tmp = tempfile.mkdtemp(prefix="grpo-webhook-certs-")
         files = certs.generate(tmp, list(dict.fromkeys(names)))
         log.info("generated a webhook CA and serving certificate for %s in %s", ", ".join(dict.fromkeys(names)), tmp)
-    kwargs = dict(addr=addr, port=int(port), host=dial_host, certfile=str(files.certfile),
+    kwargs = dict(addr=addr, port=port, host=dial_host, certfile=str(files.certfile),
                   pkeyfile=str(files.keyfile), cafile=str(files.cafile) if files.cafile else None)
     if svc:
         return _service_server_class()(service=svc, **kwargs)

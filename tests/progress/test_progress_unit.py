@@ -252,6 +252,9 @@ def test_operator_flags() -> None:
     assert opmetrics.parse_listen(":9090") == ("0.0.0.0", 9090) and opmetrics.parse_listen("[::]:1") == ("::", 1)
     with pytest.raises(SystemExit):
         parse_args(["-A", "--metrics-listen", "nope"])
+    for bad in ("0.0.0.0:0", ":65536", "host:", "8080"):
+        with pytest.raises(ValueError, match="ADDR:PORT"):
+            opmetrics.parse_listen(bad)
 
 
 def test_final_progress_from_the_termination_message():
