@@ -10,11 +10,12 @@ How pods are followed (and why):
   * the reconciler is one coalescing asyncio task per job: at most one reconcile of a job runs at a time,
     kicks arriving meanwhile fold into one more pass. It reads the cached job + the pod index, calls
     lifecycle.decide(), then writes: status first (a merge patch on the status subresource, only when it
-    differs), then deletions, creations; Events are recorded for a background writer (events.py). Timers (backoff, deadline, TTL) and a periodic resync of
-    every job re-kick it, so status converges even when a write or an event was lost.
+    differs), then deletions, creations; Events go to a background recorder (events.py). Timers (backoff,
+    deadline, TTL) and a periodic resync of every job re-kick it, so status converges even when a write or an
+    event was lost.
   * live progress: every GRPO_PROGRESS_INTERVAL_SECONDS a background task GETs /metrics of the running jobs'
-    trainer pods (the pod index also holds their pod IP and `metrics` port; only the known global-rank-0 pod once it
-    is found), turns the text into status.progress (progress.py, pure) and kicks the job's reconciler, which puts it
+    trainer pods (the pod index also holds their pod IP and `metrics` port; only the known global-rank-0 pod once
+    it is found), turns the text into status.progress (progress.py, pure) and kicks the job's reconciler, which puts it
     into the status write: for free when the status changes anyway, else at most once per interval per job.
 """
 
@@ -72,11 +73,7 @@ class Config:
         e = os.environ if env is None else env
 
         def num(name: str, default: str, kind: type = float) -> Any:
-            raw = e.get(name, default)
-            try:
-                return kind(raw)
-            except ValueError:
-                raise ValueError(f"{name}={raw!r} is not {'an integer' if kind is int else 'a number'}") from None
+            return _env_number(name, e.get(name, default), kind)
 
         ns = [n.strip() for n in e.get("GRPO_NAMESPACES", "").replace(",", " ").split() if n.strip()]
         return cls(
@@ -87,7 +84,8 @@ class Config:
             policy=lifecycle.Policy(backoff_base=num("GRPO_BACKOFF_BASE_SECONDS", "10"),
                                     backoff_cap=num("GRPO_BACKOFF_CAP_SECONDS", "300"),
                                     force_delete_after=_seconds_or_off(
-                                        "GRPO_FORCE_DELETE_AFTER_SECONDS", e.get("GRPO_FORCE_DELETE_AFTER_SECONDS", "60"))),
+                                        "GRPO_FORCE_DELETE_AFTER_SECONDS", e.get("GRPO_FORCE_DELETE_AFTER_SECONDS",
+                                                                                 "60"))),
             webhook_listen=e.get("GRPO_WEBHOOK_LISTEN") or None,
             webhook_host=e.get("GRPO_WEBHOOK_HOST") or None,
             webhook_manage=e.get("GRPO_WEBHOOK_MANAGE", "") in ("1", "true", "yes"),
@@ -106,14 +104,20 @@ class Config:
         )
 
 
+def _env_number(name: str, raw: str, kind: type = float, what: str = "") -> Any:
+    """`raw` (the value of env `name`) as `kind`; a ValueError naming the variable otherwise."""
+    try:
+        return kind(raw)
+    except ValueError:
+        what = what or ("an integer" if kind is int else "a number")
+        raise ValueError(f"{name}={raw!r} is not {what}") from None
+
+
 def _seconds_or_off(name: str, value: str) -> Optional[float]:
     """'60' → 60.0; 'off', 'never', '' or a negative number → None (the feature is off)."""
     if value.strip().lower() in ("", "off", "never", "none", "false"):
         return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"{name}={value!r} is not a number of seconds or 'off'") from None
+    seconds = _env_number(name, value, float, "a number of seconds or 'off'")
     return None if seconds < 0 else seconds
 
 
@@ -375,18 +379,12 @@ class Controller:
         now = time.monotonic()
         dels = []
         for pod in dec.delete_pods:
-            dk = (ns, pod)
-            if now - self._expect_delete.get(dk, -1e9) < 5.0:
-                continue
-            self._expect_delete[dk] = now
-            dels.append(self._delete_pod(ns, pod, uids.get(pod)))
-        for pod, why in dec.force_delete_pods:
-            dk = (ns, pod, "force")
-            if now - self._expect_delete.get(dk, -1e9) < 30.0:
-                continue
-            self._expect_delete[dk] = now
-            self.events.record(body, lifecycle.JobEvent("Warning", "ForceDeleted", why))
-            dels.append(self._delete_pod(ns, pod, uids.get(pod), grace_seconds=0))
+            if self._delete_due((ns, pod), now, 5.0):
+                dels.append(self._delete_pod(ns, pod, uids.get(pod)))
+        for pod, why in dec.force_delete_pods:  # decide() repeats these until the pod is gone: one event per send
+            if self._delete_due((ns, pod, "force"), now, 30.0):
+                self.events.record(body, lifecycle.JobEvent("Warning", "ForceDeleted", why))
+                dels.append(self._delete_pod(ns, pod, uids.get(pod), grace_seconds=0))
         if dels:
             await asyncio.gather(*dels)
         # 4. creations
@@ -504,6 +502,13 @@ class Controller:
 
     def _sem_ctx(self) -> Any:
         return self._sem if self._sem is not None else Controller._NullCtx()
+
+    def _delete_due(self, key: tuple[str, ...], now: float, window: float) -> bool:
+        """False when the same delete was sent less than `window` seconds ago (its watch event is on the way)."""
+        if now - self._expect_delete.get(key, -1e9) < window:
+            return False
+        self._expect_delete[key] = now
+        return True
 
     async def _delete_pod(self, ns: str, name: str, uid: Optional[str], grace_seconds: Optional[int] = None) -> None:
         assert self.kube is not None

@@ -169,6 +169,9 @@ def run(cfg: handlers.Config, stop_flag: Optional[Any] = None, ready_flag: Optio
         loop.close()
 
 
+NO_CREDENTIALS = "no Kubernetes credentials: run in a pod with a service account, or set KUBECONFIG (or ~/.kube/config)"
+
+
 def credentials_problem() -> Optional[str]:
     """Why the operator could not log in to Kubernetes (None: it can), checked before kopf starts so that the user
     gets one line instead of kopf's retries and tracebacks."""
@@ -183,7 +186,7 @@ def credentials_problem() -> Optional[str]:
     except Exception as exc:  # noqa: BLE001 — a kubeconfig that exists but cannot be used
         first = (str(exc).splitlines() or [""])[0]
         return f"cannot use the Kubernetes credentials: {type(exc).__name__}: {first}"
-    return "no Kubernetes credentials: run in a pod with a service account, or set KUBECONFIG (or ~/.kube/config)"
+    return NO_CREDENTIALS
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -206,8 +209,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         if not isinstance(exc, kopf.LoginError):
             raise
-        print("grpo-operator: error: no Kubernetes credentials: run in a pod with a service account, or set "
-              "KUBECONFIG (or ~/.kube/config)", file=sys.stderr)
+        print(f"grpo-operator: error: {NO_CREDENTIALS}", file=sys.stderr)
         return 1
     return 0
 
