@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "operator"))
 
-from cluster._util import rss_bytes  # noqa: E402
+from cluster._util import cpu_seconds, rss_bytes  # noqa: E402
 from cluster.controlplane import ControlPlane  # noqa: E402
 from gjhelpers import manifest  # noqa: E402
 
@@ -144,14 +144,6 @@ async def with_operator(c: Client, ns: str, n: int, nodes: int) -> float:
     listed = (await c.req("GET", f"/api/v1/namespaces/{ns}/pods"))["items"]
     assert sum(map(_job_done, jobs)) == n and len(listed) == n * nodes, (len(jobs), len(listed))
     return t_end - t0
-
-
-def cpu_seconds(pid: int) -> float:
-    """user + system CPU time of a process (less noisy than wall time on a shared 2-core machine)."""
-    import os
-
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def main_async(args: argparse.Namespace) -> list[dict]:

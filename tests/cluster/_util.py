@@ -173,6 +173,12 @@ def rss_bytes(pid: int) -> int | None:
     return None
 
 
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU time of a process (less noisy than wall time on a shared 2-core machine)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class ManagedProcess:
     """One long-running child, its log file, and a PID-based stop.
