@@ -41,7 +41,7 @@ from . import progress as progress_mod
 log = logging.getLogger("grpo_operator")
 
 Key = tuple[str, str]  # (namespace, job name)
-VALIDATION_CACHE_SIZE = 256
+VALIDATION_CACHE_SIZE = 1024
 
 
 @dataclass
@@ -180,7 +180,8 @@ class Controller:
         self._progress: dict[Key, ProgressState] = {}
         self._progress_task: Optional[asyncio.Task[None]] = None
         self._http: Optional[aiohttp.ClientSession] = None
-        # bounded: a parsed spec is ~15 KB and validation takes ~0.4 ms, so only recently active jobs are kept
+        # bounded: a parsed spec is ~15 KB. 1024 covers a burst of 1000 new jobs, whose second pass (after their pods
+        # appear) comes behind every other first pass: at 256 most of them were parsed twice.
         self._vcache: "OrderedDict[Key, tuple[Any, validation.ValidationResult]]" = OrderedDict()
         self._expect_create: dict[Key, dict[str, tuple[int, float]]] = {}
         self._expect_delete: dict[tuple[str, ...], float] = {}

@@ -87,12 +87,12 @@ class Kube:
         url = self._info.server.rstrip("/") + path
         if params:
             url += "?" + urlencode(params)
-        data = None if body is None else json.dumps(body)
+        data = None if body is None else json.dumps(body, separators=(",", ":"))
         for attempt in (0, 1):
             try:
                 async with self.session.request(method, url, data=data,
                                                 headers={"Content-Type": content_type, "Accept": "application/json"}) as resp:
-                    text = await resp.text()
+                    raw = await resp.read()
                     status, http_reason = resp.status, resp.reason
             except asyncio.TimeoutError:
                 opmetrics.api_error(method, "timeout")
@@ -109,6 +109,7 @@ class Kube:
                 continue
             if status < 400 and not decode:
                 return None  # the caller needs no body (creates): JSON decoding was the operator's top CPU cost
+            text = raw.decode("utf-8", "replace")
             try:
                 payload = json.loads(text) if text else None
             except ValueError:
@@ -151,4 +152,4 @@ class Kube:
                                   body={"status": status_patch}, content_type=MERGE_PATCH)
 
     async def post_event(self, namespace: str, event: dict[str, Any]) -> None:
-        await self.request("POST", path_for("Event", namespace), body=event)
+        await self.request("POST", path_for("Event", namespace), body=event, decode=False)
