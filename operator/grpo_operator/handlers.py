@@ -1,12 +1,14 @@
 """kopf handlers: I/O only. Every decision is lifecycle.decide().
 
-How pods are followed (and why):
-  * one kopf *index* over pods labelled grpo.dev/job-name (a label-selected watch), keyed by
-    (namespace, job name) and holding compact lifecycle.PodInfo summaries. kopf runs no handler before
-    every index is fully listed, so a freshly started operator never mistakes "not listed yet" for
-    "deleted": no spurious gang restarts after an operator restart.
-  * kopf.on.event for pods and for grpojobs only *kick* a per-job reconciler; event handlers keep no
-    state in the objects (no kopf annotations, no finalizers: zero extra writes per job).
+How jobs and pods are followed (and why):
+  * GRPOJobs through kopf (kopf.on.event: peering, login and the webhook are kopf's too); the handler caches the
+    job and *kicks* a per-job reconciler; it keeps no state in the objects (no kopf annotations, no finalizers:
+    zero extra writes per job).
+  * pods labelled grpo.dev/job-name through our own list + watch (podwatch.py), keyed by (namespace, job name),
+    holding compact lifecycle.PodInfo summaries; a change kicks the job's reconciler. kopf's per-object machinery
+    for pod events was most of the operator's CPU at 1000 jobs. No reconcile runs before every watched scope has
+    been listed, so a freshly started operator never mistakes "not listed yet" for "deleted": no spurious gang
+    restarts after an operator restart.
   * the reconciler is one coalescing asyncio task per job: at most one reconcile of a job runs at a time,
     kicks arriving meanwhile fold into one more pass. It reads the cached job + the pod index, calls
     lifecycle.decide(), then writes: status first (a merge patch on the status subresource, only when it
@@ -34,7 +36,7 @@ from typing import Any, Optional
 import aiohttp
 import kopf
 
-from . import api, events, kube, lifecycle, manifests, validation
+from . import api, events, kube, lifecycle, manifests, podwatch, validation
 from . import metrics as opmetrics
 from . import progress as progress_mod
 
@@ -142,6 +144,17 @@ def endpoint_of_pod(meta: Any, spec: Any, status: Any) -> progress_mod.Endpoint:
         running=(status or {}).get("phase") == "Running" and not meta.get("deletionTimestamp"))
 
 
+def pod_entry(pod: dict[str, Any]) -> Optional[tuple[Key, tuple[lifecycle.PodInfo, Optional[progress_mod.Endpoint]]]]:
+    """What the pod index keeps of a pod, under its job's key; None for a pod of no job."""
+    meta = pod.get("metadata") or {}
+    job = job_key_of_pod(meta)
+    if not job:
+        return None
+    trainer = (meta.get("labels") or {}).get(manifests.LABEL_ROLE, lifecycle.ROLE_TRAINER) == lifecycle.ROLE_TRAINER
+    endpoint = endpoint_of_pod(meta, pod.get("spec"), pod.get("status")) if trainer else None
+    return (meta.get("namespace", ""), job), (lifecycle.summarize_pod(pod), endpoint)
+
+
 def job_key_of_pod(meta: Any) -> Optional[str]:
     ann = meta.get("annotations") or {}
     name = ann.get(manifests.ANNOTATION_JOB)
@@ -174,9 +187,8 @@ class Controller:
         self.config = config
         self.kube: Optional[kube.Kube] = None
         self.jobs: dict[Key, dict[str, Any]] = {}
-        # kopf.Index: Key -> Store[(PodInfo, progress.Endpoint or None)]; the endpoint is a trainer pod's metrics
-        # address. One index, not two: kopf's per-event cost grows with every handler on pods.
-        self.pods_index: Any = None
+        # pod name -> (PodInfo, progress.Endpoint or None) per job; the endpoint is a trainer pod's metrics address
+        self.pods: Optional[podwatch.PodWatch] = None
         self._progress: dict[Key, ProgressState] = {}
         self._progress_task: Optional[asyncio.Task[None]] = None
         self._http: Optional[aiohttp.ClientSession] = None
@@ -281,6 +293,19 @@ class Controller:
             self._progress_task = asyncio.get_running_loop().create_task(self.progress_forever(), name="progress")
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.config.max_concurrent_writes)
+        if self.pods is None:
+            cfg = self.config
+            self.pods = podwatch.PodWatch(lambda: self.kube, None if cfg.all_namespaces else cfg.namespaces,
+                                          manifests.LABEL_JOB, pod_entry, self._pod_changed, self._pods_listed)
+            self.pods.start()
+
+    def _pod_changed(self, key: Key) -> None:
+        if key in self.jobs:
+            self.kick(key)
+
+    def _pods_listed(self) -> None:
+        for key in list(self.jobs):
+            self.kick(key)
 
     # ------------------------------------------------------------------ cache
     def observe_job(self, body: dict[str, Any]) -> Key:
@@ -315,8 +340,8 @@ class Controller:
 
     def observed_pods(self, key: Key, job_uid: str) -> list[lifecycle.PodInfo]:
         pods: list[lifecycle.PodInfo] = []
-        if self.pods_index is not None and key in self.pods_index:
-            pods = [info for info, _ in self.pods_index[key]]
+        if self.pods is not None and key in self.pods.index:
+            pods = [info for info, _ in self.pods.index[key].values()]
         now = time.monotonic()
         seen = {p.name: p for p in pods}
         expected = self._expect_create.get(key, {})
@@ -338,8 +363,8 @@ class Controller:
     # ------------------------------------------------------------------ reconcile
     async def reconcile(self, key: Key) -> None:
         body = self.jobs.get(key)
-        if body is None or self.kube is None:
-            return
+        if body is None or self.kube is None or self.pods is None or not self.pods.synced:
+            return  # _pods_listed() kicks every job once the pods are listed
         self.stats["reconciles"] += 1
         ns, name = key
         meta = body.get("metadata") or {}
@@ -459,8 +484,8 @@ class Controller:
             return
         st = body.get("status") or {}
         attempt = lifecycle._int(st.get("restarts"), 0)
-        idx = self.pods_index
-        eps = [e for _, e in idx[key] if e is not None] if idx is not None and key in idx else []
+        idx = self.pods.index if self.pods is not None else {}
+        eps = [e for _, e in idx[key].values() if e is not None] if key in idx else []
         ps = self._progress.setdefault(key, ProgressState())
         if ps.attempt != attempt:
             ps.attempt, ps.rank0_pod = attempt, None
@@ -624,37 +649,16 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
             await controller._http.close()
         for t in list(controller._tasks.values()):
             t.cancel()
+        if controller.pods is not None:
+            await controller.pods.close()
         await controller.events.close()
         if controller.kube is not None:
             await controller.kube.close()
 
     if not cfg.controller:
         return
-    selector = {manifests.LABEL_JOB: kopf.PRESENT}
-
-    @kopf.index("v1", "pods", labels=selector, id="grpo_pods", registry=registry)
-    async def grpo_pods(meta: Any, spec: Any, status: Any, body: Any, namespace: Optional[str],
-                        **_: Any) -> Any:  # async: no thread pool
-        job = job_key_of_pod(meta)
-        if not job:
-            return None
-        trainer = (meta.get("labels") or {}).get(manifests.LABEL_ROLE, lifecycle.ROLE_TRAINER) == lifecycle.ROLE_TRAINER
-        return {(namespace or "", job): (lifecycle.summarize_pod(body),
-                                         endpoint_of_pod(meta, spec, status) if trainer else None)}
-
-    @kopf.on.event("v1", "pods", labels=selector, registry=registry)
-    async def pod_event(meta: Any, namespace: Optional[str], grpo_pods: Any, **_: Any) -> None:
-        controller.pods_index = grpo_pods
-        controller.ensure_background()
-        job = job_key_of_pod(meta)
-        if job:
-            key = (namespace or "", job)
-            if key in controller.jobs:
-                controller.kick(key)
-
     @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
-    async def job_event(event: Any, body: Any, grpo_pods: Any, **_: Any) -> None:
-        controller.pods_index = grpo_pods
+    async def job_event(event: Any, body: Any, **_: Any) -> None:
         controller.ensure_background()
         # The decoded event is kopf's and is never modified after the event (by kopf or by us): keep it as it is
         # (observe_job drops managedFields) instead of deep-copying ~1000 objects per burst.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 from urllib.parse import quote, urlencode
 
 import aiohttp
@@ -35,6 +35,25 @@ class NotFound(ApiError):
 
 class Conflict(ApiError):  # 409: AlreadyExists or a resourceVersion conflict
     pass
+
+
+class Gone(ApiError):  # 410: a watch's resourceVersion (or a list's continue token) expired: list again
+    pass
+
+
+def decode_lines(buffer: bytearray, chunk: bytes) -> list[dict[str, Any]]:
+    """Append a chunk of a watch stream to `buffer`; return the complete JSON lines in it, decoded (a line may span
+    chunks, and a pod can be larger than aiohttp's line limit)."""
+    buffer += chunk
+    out = []
+    while True:
+        i = buffer.find(b"\n")
+        if i < 0:
+            return out
+        line = bytes(buffer[:i])
+        del buffer[:i + 1]
+        if line.strip():
+            out.append(json.loads(line))
 
 
 def path_for(kind: str, namespace: str, name: Optional[str] = None, subresource: Optional[str] = None) -> str:
@@ -62,6 +81,7 @@ class Kube:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._limit = limit
         self._session: Optional[aiohttp.ClientSession] = None
+        self._watch_session: Optional[aiohttp.ClientSession] = None
         self._lock = asyncio.Lock()
 
     def _make_session(self) -> aiohttp.ClientSession:
@@ -78,9 +98,36 @@ class Kube:
         return self._session
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for attr in ("_session", "_watch_session"):
+            session = getattr(self, attr)
+            if session is not None:
+                await session.close()
+                setattr(self, attr, None)
+
+    async def watch(self, path: str, params: dict[str, Any], read_timeout: float) -> AsyncIterator[dict[str, Any]]:
+        """Stream a watch's events, decoded. Watches get their own connection pool: they hold a connection each for
+        minutes, and must never take the slots writes are limited to."""
+        if self._watch_session is None or self._watch_session.closed:
+            info = self._info
+            ssl_ctx = info.as_ssl_context() if info.server.startswith("https") else False
+            self._watch_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=0),
+                                                        headers=info.as_http_headers())
+        url = self._info.server.rstrip("/") + path + "?" + urlencode(params)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=read_timeout)
+        async with self._watch_session.get(url, timeout=timeout, headers={"Accept": "application/json"}) as resp:
+            if resp.status >= 400:
+                opmetrics.api_error("WATCH", resp.status)
+                text = (await resp.read()).decode("utf-8", "replace")
+                if resp.status == 401 and self._relogin is not None:
+                    async with self._lock:
+                        self._info = await self._relogin()
+                        await self.close()
+                cls = Gone if resp.status == 410 else NotFound if resp.status == 404 else ApiError
+                raise cls(resp.status, resp.reason or "", text[:2000])
+            buffer = bytearray()
+            async for chunk in resp.content.iter_any():
+                for event in decode_lines(buffer, chunk):
+                    yield event
 
     async def request(self, method: str, path: str, *, body: Any = None, params: Optional[dict] = None,
                       content_type: str = "application/json", decode: bool = True) -> Any:
@@ -118,7 +165,7 @@ class Kube:
                 return payload
             msg = payload.get("message", text) if isinstance(payload, dict) else text
             reason = payload.get("reason", http_reason or "") if isinstance(payload, dict) else (http_reason or "")
-            cls = NotFound if status == 404 else Conflict if status == 409 else ApiError
+            cls = NotFound if status == 404 else Conflict if status == 409 else Gone if status == 410 else ApiError
             raise cls(status, reason, str(msg)[:2000], payload)
         raise ApiError(401, "Unauthorized", "unauthorized after re-login")
 
