@@ -124,6 +124,7 @@ class PodWatch:
                 raise
             except kube.Gone:
                 log.info("pods %s: resourceVersion expired; listing again", path)
+                await asyncio.sleep(0.1)  # normal after an outage; a server that answers 410 to every watch must not spin us
             except Exception as exc:  # noqa: BLE001 — an outage, a 5xx, a dropped stream: list again, with backoff
                 log.warning("pods %s: %s: %s; listing again in %.1fs", path, type(exc).__name__, exc, delay)
                 await asyncio.sleep(delay)
