@@ -8,7 +8,7 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import OperatorProcess, install_crd, pod_exit, pod_running, pods_of, wait_job, wait_pods
+from conftest import OperatorProcess, get_job, install_crd, pod_exit, pod_running, pods_of, wait_job, wait_pods
 from gjhelpers import manifest
 
 from cluster._util import wait_until
@@ -102,3 +102,41 @@ def test_apiserver_and_etcd_restart_failures_are_acted_on(controlplane_factory, 
             wait_pods(k, ns, job, 2, attempt=1, timeout=60)
     finally:
         op.stop()
+
+
+def test_restart_with_running_jobs_in_two_namespaces_acts_only_on_real_failures(crd, kubectl, k8s_namespace,
+                                                                                  tmp_path) -> None:
+    """A fresh operator process must list the pods of every watched namespace before it decides anything: a running
+    job whose pods are merely "not listed yet" must not be gang-restarted. Then a real failure is acted on."""
+    k, ns1 = kubectl, k8s_namespace
+    ns2 = ns1 + "-b"
+    crd.ensure_namespace(ns2)
+    op = OperatorProcess(crd.kubeconfig, tmp_path, "--namespace", ns1, "--namespace", ns2).start(wait=False)
+    try:
+        for ns in (ns1, ns2):
+            k.apply(manifest("w", nodes=2), "-n", ns)
+        for ns in (ns1, ns2):
+            for p in wait_pods(k, ns, "w", 2, timeout=60):
+                pod_running(k, ns, p["metadata"]["name"])
+            wait_job(k, ns, "w", lambda s: s.get("phase") == "Running")
+        time.sleep(1)  # the status settles (progress is off: no trainer to scrape)
+        before = {ns: get_job(k, ns, "w")["metadata"]["resourceVersion"] for ns in (ns1, ns2)}
+        for _ in range(3):  # restart it a few times: each new process starts with an empty pod index
+            op.stop()
+            op.start(wait=False)
+            time.sleep(2.5)  # python start ≈ 0.7 s, then kopf lists the jobs and we list the pods
+        for ns in (ns1, ns2):
+            job = get_job(k, ns, "w")
+            st = job["status"]
+            assert st["phase"] == "Running" and st["restarts"] == 0, (ns, st)
+            # nothing was written: no status flapping to Pending while the pods were "not listed yet"
+            assert job["metadata"]["resourceVersion"] == before[ns], (ns, st)
+            assert [p["metadata"]["annotations"]["grpo.dev/attempt"] for p in pods_of(k, ns, "w")] == ["0", "0"]
+        pod_exit(k, ns2, "w-node-1", 137, "OOMKilled")
+        st = wait_job(k, ns2, "w", lambda s: s.get("restarts") == 1, timeout=60)["status"]
+        assert st["lastFailureReason"] == "OOMKilled"
+        wait_pods(k, ns2, "w", 2, attempt=1, timeout=60)
+        assert get_job(k, ns1, "w")["status"]["restarts"] == 0
+    finally:
+        op.stop()
+        k("delete", "namespace", ns2, "--wait=false", "--ignore-not-found", check=False)
