@@ -41,6 +41,11 @@ class Gone(ApiError):  # 410: a watch's resourceVersion (or a list's continue to
     pass
 
 
+def error_class(status: int) -> type[ApiError]:
+    """The ApiError subclass callers catch for an HTTP status (or a watch ERROR event's code)."""
+    return {404: NotFound, 409: Conflict, 410: Gone}.get(status, ApiError)
+
+
 def decode_lines(buffer: bytearray, chunk: bytes) -> list[dict[str, Any]]:
     """Append a chunk of a watch stream to `buffer`; return the complete JSON lines in it, decoded (a line may span
     chunks, and a pod can be larger than aiohttp's line limit)."""
@@ -84,18 +89,24 @@ class Kube:
         self._watch_session: Optional[aiohttp.ClientSession] = None
         self._lock = asyncio.Lock()
 
-    def _make_session(self) -> aiohttp.ClientSession:
+    def _make_session(self, limit: int, **options: Any) -> aiohttp.ClientSession:
         info = self._info
         ssl_ctx = info.as_ssl_context() if info.server.startswith("https") else False
-        conn = aiohttp.TCPConnector(ssl=ssl_ctx, limit=self._limit)
-        return aiohttp.ClientSession(base_url=None, connector=conn, timeout=self._timeout,
-                                     headers=info.as_http_headers())
+        conn = aiohttp.TCPConnector(ssl=ssl_ctx, limit=limit)
+        return aiohttp.ClientSession(connector=conn, headers=info.as_http_headers(), **options)
 
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = self._make_session()
+            self._session = self._make_session(self._limit, timeout=self._timeout)
         return self._session
+
+    async def _login_again(self) -> None:
+        """After a 401: new credentials from the login, and new sessions carrying them."""
+        assert self._relogin is not None
+        async with self._lock:
+            self._info = await self._relogin()
+            await self.close()
 
     async def close(self) -> None:
         for attr in ("_session", "_watch_session"):
@@ -108,10 +119,7 @@ class Kube:
         """Stream a watch's events, decoded. Watches get their own connection pool: they hold a connection each for
         minutes, and must never take the slots writes are limited to."""
         if self._watch_session is None or self._watch_session.closed:
-            info = self._info
-            ssl_ctx = info.as_ssl_context() if info.server.startswith("https") else False
-            self._watch_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=0),
-                                                        headers=info.as_http_headers())
+            self._watch_session = self._make_session(limit=0)  # 0: no limit
         url = self._info.server.rstrip("/") + path + "?" + urlencode(params)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=read_timeout)
         async with self._watch_session.get(url, timeout=timeout, headers={"Accept": "application/json"}) as resp:
@@ -119,11 +127,8 @@ class Kube:
                 opmetrics.api_error("WATCH", resp.status)
                 text = (await resp.read()).decode("utf-8", "replace")
                 if resp.status == 401 and self._relogin is not None:
-                    async with self._lock:
-                        self._info = await self._relogin()
-                        await self.close()
-                cls = Gone if resp.status == 410 else NotFound if resp.status == 404 else ApiError
-                raise cls(resp.status, resp.reason or "", text[:2000])
+                    await self._login_again()
+                raise error_class(resp.status)(resp.status, resp.reason or "", text[:2000])
             buffer = bytearray()
             async for chunk in resp.content.iter_any():
                 for event in decode_lines(buffer, chunk):
@@ -150,9 +155,7 @@ class Kube:
             if status >= 400:
                 opmetrics.api_error(method, status)
             if status == 401 and attempt == 0 and self._relogin is not None:
-                async with self._lock:
-                    self._info = await self._relogin()
-                    await self.close()
+                await self._login_again()
                 continue
             if status < 400 and not decode:
                 return None  # the caller needs no body (creates): JSON decoding was the operator's top CPU cost
@@ -165,8 +168,7 @@ class Kube:
                 return payload
             msg = payload.get("message", text) if isinstance(payload, dict) else text
             reason = payload.get("reason", http_reason or "") if isinstance(payload, dict) else (http_reason or "")
-            cls = NotFound if status == 404 else Conflict if status == 409 else Gone if status == 410 else ApiError
-            raise cls(status, reason, str(msg)[:2000], payload)
+            raise error_class(status)(status, reason, str(msg)[:2000], payload)
         raise ApiError(401, "Unauthorized", "unauthorized after re-login")
 
     # ---- verbs
