@@ -120,6 +120,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> handlers.Config:
         p.error("--progress-interval must be >= 0")
     if not 0 <= cfg.trainer_metrics_port <= 65535:
         p.error("--trainer-metrics-port must be a port number (0: off)")
+    if cfg.max_concurrent_writes < 1:  # 0 would let no write through, ever
+        p.error(f"environment: GRPO_MAX_CONCURRENT_WRITES must be >= 1, got {cfg.max_concurrent_writes}")
+    if cfg.resync_seconds <= 0:  # 0 would re-kick every job in a busy loop
+        p.error(f"environment: GRPO_RESYNC_SECONDS must be > 0, got {cfg.resync_seconds:g}")
     from . import metrics, webhook
 
     for flag, listen in (("--metrics-listen", cfg.metrics_listen), ("--webhook-listen", cfg.webhook_listen)):

@@ -72,6 +72,22 @@ def test_bad_environment_is_a_usage_error_not_a_traceback(monkeypatch: pytest.Mo
     assert f"{name}={value!r}" in err and words in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("name, value, words", [
+    ("GRPO_MAX_CONCURRENT_WRITES", "0", "must be >= 1"),
+    ("GRPO_MAX_CONCURRENT_WRITES", "-3", "must be >= 1"),
+    ("GRPO_RESYNC_SECONDS", "0", "must be > 0"),
+])
+def test_out_of_range_environment_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str],
+                                                   name: str, value: str, words: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exc:
+        main.parse_args(["--namespace", "a"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert name in err and words in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("kubeconfig, words", [
     (None, "no Kubernetes credentials"),
     ("missing", "FileNotFoundError"),
