@@ -115,3 +115,26 @@ async def test_glob_scope_ignores_other_namespaces_and_relabelled_pods_leave() -
     assert list(w.index) == [("team-a", "j")]
     w._upsert(pod("a", ns="team-a", job=None), "/api/v1/pods")  # its job label removed: no longer followed
     assert w.index == {} and changed[-1] == ("team-a", "j")
+
+
+@pytest.mark.asyncio
+async def test_a_server_that_ends_every_watch_at_once_does_not_make_it_spin() -> None:
+    import asyncio
+
+    class Ending(FakeClient):
+        watches = 0
+
+        async def watch(self, path: str, params: dict[str, Any], read_timeout: float) -> AsyncIterator[dict[str, Any]]:
+            Ending.watches += 1
+            await asyncio.sleep(0)  # a real stream yields to the loop: without the guard this test counts, not hangs
+            for e in self.events:
+                yield e
+
+    c = Ending([[pod("a")]])  # the watch stream ends at once, with nothing in it
+    w, _, synced = make(c)
+    task = asyncio.create_task(w._follow("/api/v1/namespaces/ns/pods"))
+    await asyncio.sleep(1.5)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert synced == [1] and len(c.params) == 1  # listed once: an ended watch resumes from its resourceVersion
+    assert 1 <= Ending.watches <= 2  # ~1 per second, not thousands
