@@ -1,5 +1,6 @@
 """Builds the tiny offline example assets: a byte-level BPE tokenizer with a chat template, a 2-layer Qwen2 model
-(hidden 64, ~80k parameters) and a 64-prompt arithmetic dataset. No network; a few seconds on a CPU.
+(hidden 64, ~95k parameters; 2 attention heads of size 32 and 1 KV head, because vLLM's CPU attention supports head
+sizes of 32 and more) and a 64-prompt arithmetic dataset. No network; a few seconds on a CPU.
 
 The model gets a short supervised warm start on "What is a + b ?" -> "a + b = c . #### c" chats, so that its
 completions end with the eos token and sometimes hold the right answer: GRPO then sees reward variance within
@@ -62,7 +63,7 @@ def build_model(path: str, tokenizer) -> int:
 
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
                          tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
     model = Qwen2ForCausalLM(config)

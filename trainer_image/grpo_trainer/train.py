@@ -32,6 +32,19 @@ def build_args(kwargs: dict):
         raise TrainerError(CONFIG, f"invalid training arguments: {e}") from None
 
 
+def _announce_vllm(cfg: TrainerConfig, args, cuda: bool) -> None:
+    where = "GPU"
+    if not cuda:
+        from . import vllm_support
+
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        vllm_support.prepare_cpu(cfg.vllm.gpu_memory_utilization, local)
+        where = (f"CPU ({vllm_support.KV_ENV}={os.environ[vllm_support.KV_ENV]} GiB per process, float32, eager, "
+                 "plain linear weights for TRL's weight sync)")
+    target = f" at {args.vllm_server_host}:{args.vllm_server_port}" if args.vllm_mode == "server" else ""
+    log(f"generating with vLLM, {args.vllm_mode} mode{target}, on {where}")
+
+
 def _world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -69,7 +82,9 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
                 emit(RESULT_PREFIX, {"step": resume.step_of(checkpoint), "maxSteps": args.max_steps, "reward": None,
                                      "outputDir": cfg.output_dir, "checkpoint": checkpoint, "resumedFrom": checkpoint})
         return 0, None
-    # 4. The model and the trainer.
+    # 4. The model and the trainer (vLLM's CPU settings go in before TRL imports vLLM).
+    if args.use_vllm:
+        _announce_vllm(cfg, args, cuda)
     model = data.load_model(cfg.model, dtype=torch.bfloat16 if args.bf16 else None)
     from trl import GRPOTrainer
 
