@@ -20,7 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from grpo_operator import cli, validation
+from grpo_operator.cli import grpojob as cli
+from grpo_operator.rules import validation
 
 
 def generate(n: int, seed: int = 7) -> list[dict]:

@@ -36,7 +36,8 @@ from cluster._util import cpu_seconds, rss_bytes  # noqa: E402
 from cluster.controlplane import ControlPlane  # noqa: E402
 from gjhelpers import manifest  # noqa: E402
 
-from grpo_operator import manifests, validation  # noqa: E402
+from grpo_operator.render import manifests  # noqa: E402
+from grpo_operator.rules import validation  # noqa: E402
 
 CONCURRENCY = 64
 
@@ -176,7 +177,7 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
                 cp.ensure_namespace(ns_o)
                 t_floor, t_floor_requests = await floor(c, ns_f, n, args.nodes)
                 log = open(f"/tmp/grpo-operator-bench-{n}.log", "w")
-                op = subprocess.Popen([sys.executable, "-m", "grpo_operator.main", "--namespace", ns_o, "--log-level", "WARNING"],
+                op = subprocess.Popen([sys.executable, "-m", "grpo_operator.cli.grpo_operator", "--namespace", ns_o, "--log-level", "WARNING"],
                                       env={**cp.env, "GRPO_RESYNC_SECONDS": "300"}, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
                 try:
                     await asyncio.sleep(3)  # operator started and watching

@@ -31,7 +31,7 @@ from cluster._util import free_port  # noqa: E402
 from cluster.controlplane import ControlPlane  # noqa: E402
 from gjhelpers import manifest  # noqa: E402
 
-from grpo_operator import certs  # noqa: E402
+from grpo_operator.webhook import certs  # noqa: E402
 
 
 def review(obj: dict) -> dict:
@@ -91,7 +91,7 @@ def main() -> None:
         d = tempfile.mkdtemp()
         files = certs.generate(d, ["127.0.0.1"])
         port = free_port()
-        op = subprocess.Popen([sys.executable, "-m", "grpo_operator.main", "--all-namespaces", "--no-controller",
+        op = subprocess.Popen([sys.executable, "-m", "grpo_operator.cli.grpo_operator", "--all-namespaces", "--no-controller",
                                "--webhook-listen", f"127.0.0.1:{port}", "--webhook-cert-dir", d, "--log-level", "WARNING"],
                               env=cp.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:

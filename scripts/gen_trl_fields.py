@@ -1,4 +1,4 @@
-"""Regenerate operator/grpo_operator/data/grpo_config_fields.json from the installed TRL.
+"""Regenerate operator/grpo_operator/api/data/grpo_config_fields.json from the installed TRL.
 
 The operator must not import TRL at run time (it drags in torch), so it reads this table instead.
 tests/test_trl_fields.py regenerates it and fails when it drifts from the pinned TRL.
@@ -15,7 +15,7 @@ import types
 import typing
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "operator" / "grpo_operator" / "data" / "grpo_config_fields.json"
+OUT = Path(__file__).resolve().parent.parent / "operator" / "grpo_operator" / "api" / "data" / "grpo_config_fields.json"
 
 
 def camel(name: str) -> str:

@@ -1,4 +1,4 @@
-"""The CRD's CEL rules (grpo_operator/cel.py) on a CEL-capable API server (apiextensions-apiserver 1.36).
+"""The CRD's CEL rules (grpo_operator/api/cel.py) on a CEL-capable API server (apiextensions-apiserver 1.36).
 
 The generated CRD must be accepted (compiles, within the cost budget), each rule must fire with its message on
 an object that breaks it, valid objects must pass, and a rule may never refuse what the validator accepts (the
@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from grpo_operator import cel, crd as crdgen, validation
+from grpo_operator.api import cel
+from grpo_operator.api import crd as crdgen
+from grpo_operator.rules import validation
 
 CRD = crdgen.crd()
 NS = "default"

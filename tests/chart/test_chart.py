@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from grpo_operator import crd as crdgen
+from grpo_operator.api import crd as crdgen
 
 from .helm import CHART, HELMS, NAMESPACE, REPO, VALUE_SETS, helm, objects, render, template
 
@@ -306,7 +306,7 @@ def test_examples_kustomization_builds() -> None:
     assert out.returncode == 0, out.stderr
     docs = objects(out.stdout)
     assert {d["kind"] for d in docs} == {"GRPOJob"}
-    from grpo_operator import validation
+    from grpo_operator.rules import validation
 
     for d in docs:
         if "invalid" not in d["metadata"]["name"]:
@@ -348,7 +348,8 @@ def test_service_monitor_and_pod_monitor() -> None:
     assert pm["spec"]["namespaceSelector"] == {"any": True}
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics" and pm["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
     # it selects exactly what the operator renders on trainer pods
-    from grpo_operator import manifests, validation
+    from grpo_operator.render import manifests
+    from grpo_operator.rules import validation
 
     job = {"apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob", "metadata": {"name": "j"},
            "spec": {"model": "m", "dataset": {"name": "d"}, "rewards": [{"name": "accuracy"}],
@@ -372,7 +373,7 @@ def test_service_monitor_and_pod_monitor() -> None:
     ({"lifecycle": {"forceDeleteAfterSeconds": 0}}, "0", "10", "300"),
 ])
 def test_lifecycle_values_reach_the_operator(values: dict[str, Any], force: str, base: str, cap: str) -> None:
-    from grpo_operator import handlers
+    from grpo_operator.controller import handlers
 
     env = _env(by_kind(render(values), "Deployment")[0])
     assert (env["GRPO_FORCE_DELETE_AFTER_SECONDS"], env["GRPO_BACKOFF_BASE_SECONDS"],

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from grpo_operator import validation
+from grpo_operator.rules import validation
 
 from .oracle import trl_verdicts
 

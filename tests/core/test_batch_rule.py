@@ -7,8 +7,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_operator import batch
-from grpo_operator.batch import BatchInput
+from grpo_operator.rules import batch
+from grpo_operator.rules.batch import BatchInput
 
 
 def test_trl_message_for_the_classic_mistake():

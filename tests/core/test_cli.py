@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpo_operator import cli
+from grpo_operator.cli import grpojob as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def run(tmp_path, *texts, args=("-o", "json"), binary=False):
         else:
             p.write_text(text)
         paths.append(str(p))
-    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli", "check", *paths, *args],
+    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "check", *paths, *args],
                           capture_output=True, text=True, timeout=60)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
@@ -94,7 +94,7 @@ def test_unreadable_exit_2(tmp_path, content, words):
 
 
 def test_missing_file_and_binary(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli", "check", str(tmp_path / "nope.yaml")],
+    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "check", str(tmp_path / "nope.yaml")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "cannot read file" in proc.stdout and "Traceback" not in proc.stderr
     proc = run(tmp_path, b"\xff\xfe\x00garbage", binary=True)
@@ -152,14 +152,14 @@ def test_examples_are_valid_except_the_invalid_one():
 def test_render_prints_all_objects(tmp_path):
     p = tmp_path / "job.yaml"
     p.write_text(GOOD)
-    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli", "render", str(p), "--namespace", "ml"],
+    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "render", str(p), "--namespace", "ml"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     objs = list(yaml.safe_load_all(proc.stdout))
     assert [o["kind"] for o in objs] == ["ConfigMap", "Service", "Pod", "Pod"]
     assert all(o["metadata"]["namespace"] == "ml" for o in objs)
     p.write_text(BAD_BATCH)
-    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli", "render", str(p)],
+    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "render", str(p)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "numGenerations" in proc.stderr and proc.stdout == ""
 
@@ -168,13 +168,13 @@ def test_render_prints_all_objects(tmp_path):
 def test_render_refuses_an_invalid_namespace_flag(tmp_path, namespace):
     p = tmp_path / "job.yaml"
     p.write_text(GOOD)
-    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli", "render", str(p), f"--namespace={namespace}"],
+    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "render", str(p), f"--namespace={namespace}"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert "--namespace" in proc.stderr and "not a valid namespace" in proc.stderr
 
 
 def test_crd_command_matches_checked_in_file():
-    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli", "crd"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "crd"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     assert proc.stdout == (ROOT / "crds" / "grpo.dev_grpojobs.yaml").read_text(), "run: grpojob crd > crds/grpo.dev_grpojobs.yaml"

@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from grpo_operator import crd
+from grpo_operator.api import crd
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""documents.py: the fast YAML constructor builds exactly what PyYAML's safe constructor builds (same loader
+"""cli/documents.py: the fast YAML constructor builds exactly what PyYAML's safe constructor builds (same loader
 settings), for plain and for unusual documents; the size, depth and alias limits hold."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_operator import documents
+from grpo_operator.cli import documents
 
 SCALARS = ["a", "'quoted'", '"dq\\n"', "1", "-7", "0x1F", "0o17", "017", "1_000", "1:30", "+12", "0b101", "3.5",
            "1e3", "1.5e-3", ".inf", "-.Inf", ".nan", "yes", "No", "on", "OFF", "true", "~", "null", "", "2026-11-29",

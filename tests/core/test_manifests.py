@@ -9,7 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_operator import api, manifests, validation
+from grpo_operator import api
+from grpo_operator.render import manifests
+from grpo_operator.rules import validation
 
 K8S_VERSIONS = ["1.29", "1.37"]
 HOSTILE = ["$(reboot)", "`id`", "a;rm -rf /", "x' || true", "\"; exit 1", "$HOME", "a&&b", "a|b", "*", "~/x",

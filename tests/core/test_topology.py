@@ -2,7 +2,7 @@
 
 import pytest
 
-from grpo_operator import topology
+from grpo_operator.rules import topology
 
 
 @pytest.mark.parametrize("limits,requests,nproc,expected", [

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_operator import api, trl_fields
+from grpo_operator import api
+from grpo_operator.api import trl_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -50,7 +50,7 @@ class OperatorProcess:
     def __init__(self, kubeconfig: Path, logdir: Path, *args: str, env: Optional[dict[str, str]] = None,
                  webhook: bool = False):
         self.webhook_port = free_port() if webhook else None
-        argv = [sys.executable, "-m", "grpo_operator.main", *args]
+        argv = [sys.executable, "-m", "grpo_operator.cli.grpo_operator", *args]
         if webhook:
             host = os.environ.get("GRPO_TEST_WEBHOOK_HOST", "127.0.0.1")
             argv += ["--webhook-listen", f"0.0.0.0:{self.webhook_port}" if host != "127.0.0.1" else f"127.0.0.1:{self.webhook_port}",
@@ -148,7 +148,7 @@ def wait_job(k: Kubectl, ns: str, name: str, pred: Callable[[dict[str, Any]], An
 
 
 def pods_of(k: Kubectl, ns: str, job: str) -> list[dict[str, Any]]:
-    from grpo_operator import manifests
+    from grpo_operator.render import manifests
 
     items = k.json("get", "pods", "-n", ns, "-l", f"{manifests.LABEL_JOB}={manifests.names(job).base}")["items"]
     return sorted(items, key=lambda p: p["metadata"]["name"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Optional
 
-from grpo_operator import manifests
+from grpo_operator.render import manifests
 
 
 def job_spec(*, nodes: int = 1, gpus: int = 4, num_generations: int = 8, per_device: int = 2, grad_accum: int = 1,

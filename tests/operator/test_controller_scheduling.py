@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from grpo_operator import handlers
+from grpo_operator.controller import handlers
 
 
 def job(name: str, rv: int = 1) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def test_cache_drops_managed_fields_and_older_events() -> None:
 
 
 def test_operator_process_does_not_import_the_kubernetes_client() -> None:
-    code = ("import sys, grpo_operator.main, kopf; "
+    code = ("import sys, grpo_operator.cli.grpo_operator, kopf; "
             "print(sorted(m for m in ('kubernetes', 'kubernetes_asyncio', 'pykube') if sys.modules.get(m)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

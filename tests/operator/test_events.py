@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from grpo_operator import events, lifecycle
-from grpo_operator import metrics as opmetrics
+from grpo_operator.controller import events
+from grpo_operator import lifecycle
+from grpo_operator.controller import metrics as opmetrics
 
 JOB = {"apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob",
        "metadata": {"name": "j1", "namespace": "team-a", "uid": "u-1", "resourceVersion": "7"}}

@@ -1,4 +1,4 @@
-"""lifecycle.py: exhaustive tables of pod states → job phase, conditions, restarts and actions (pure, fast)."""
+"""lifecycle: exhaustive tables of pod states → job phase, conditions, restarts and actions (pure, fast)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from grpo_operator import lifecycle as lc
-from grpo_operator import manifests, validation
+from grpo_operator.render import manifests
+from grpo_operator.rules import validation
 
 from gjhelpers import job_body, pod_body
 
@@ -500,7 +501,7 @@ def test_a_stuck_pod_of_an_older_job_with_the_same_name_is_force_deleted_too() -
 @pytest.mark.parametrize("raw, seconds", [("60", 60.0), ("0", 0.0), ("2.5", 2.5), ("off", None), ("", None),
                                           ("-1", None), ("never", None)])
 def test_force_delete_setting_from_the_environment(raw: str, seconds: float | None) -> None:
-    from grpo_operator import handlers
+    from grpo_operator.controller import handlers
 
     cfg = handlers.Config.from_env({"GRPO_FORCE_DELETE_AFTER_SECONDS": raw})
     assert cfg.policy.force_delete_after == seconds

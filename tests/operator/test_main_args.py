@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import pytest
 
-from grpo_operator import main
+from grpo_operator.cli import grpo_operator as main
 
 
 @pytest.fixture(autouse=True)
@@ -101,7 +101,7 @@ def test_no_or_broken_credentials_is_one_line_and_exit_1(tmp_path: Any, kubeconf
         if kubeconfig == "garbage":
             path.write_text("garbage: [\n")
         env["KUBECONFIG"] = str(path)
-    cp = subprocess.run([sys.executable, "-m", "grpo_operator.main", "--namespace", "x"], env=env,
+    cp = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpo_operator", "--namespace", "x"], env=env,
                         capture_output=True, text=True, timeout=60)
     err = cp.stderr.strip().splitlines()
     assert cp.returncode == 1, cp.stderr

@@ -16,7 +16,9 @@ import kmock
 import pytest
 from gjhelpers import manifest
 
-from grpo_operator import handlers, kube, lifecycle
+from grpo_operator.controller import handlers
+from grpo_operator.controller import kube
+from grpo_operator import lifecycle
 
 pytestmark = [pytest.mark.timeout(120)]
 

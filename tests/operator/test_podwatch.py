@@ -8,7 +8,9 @@ from typing import Any, AsyncIterator, Optional
 
 import pytest
 
-from grpo_operator import handlers, kube, podwatch
+from grpo_operator.controller import handlers
+from grpo_operator.controller import kube
+from grpo_operator.controller import podwatch
 
 
 def pod(name: str, job: Optional[str] = "j", ns: str = "ns", phase: str = "Pending", rv: int = 1) -> dict[str, Any]:

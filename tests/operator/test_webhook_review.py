@@ -9,7 +9,10 @@ import pytest
 
 from gjhelpers import job_body
 
-from grpo_operator import certs, validation, webhook
+from grpo_operator.webhook import certs
+from grpo_operator.rules import validation
+from grpo_operator.webhook import review as webhook
+from grpo_operator.webhook import server as webhook_server
 
 
 def test_valid_create_is_allowed_with_warnings_passed_through() -> None:
@@ -134,7 +137,7 @@ async def test_service_reference_server_registers_by_service(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    srv = webhook.server(f"127.0.0.1:{port}", "127.0.0.1", None, "grpo-system/grpo-webhook:9443")
+    srv = webhook_server.server("127.0.0.1", port, "127.0.0.1", None, "grpo-system/grpo-webhook:9443")
     async with srv:
         gen = srv(lambda *a, **k: None)
         config = await gen.__anext__()
@@ -142,4 +145,4 @@ async def test_service_reference_server_registers_by_service(tmp_path):
     assert "url" not in config and config["caBundle"]
     assert config["service"] == {"namespace": "grpo-system", "name": "grpo-webhook", "port": 9443, "path": "/"}
     with pytest.raises(ValueError):
-        webhook.parse_service("no-namespace")
+        webhook_server.parse_service("no-namespace")

@@ -13,9 +13,12 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from grpo_operator import manifests, metrics as opmetrics, progress as pg, validation
-from grpo_operator.local_run import progress_line
-from grpo_operator.webhook import reason_label, review
+from grpo_operator.render import manifests
+from grpo_operator.controller import metrics as opmetrics
+from grpo_operator.lifecycle import progress as pg
+from grpo_operator.rules import validation
+from grpo_operator.cli.local_run import progress_line
+from grpo_operator.webhook.review import reason_label, review
 from grpo_trainer.metrics import TrainerMetrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
@@ -239,12 +242,12 @@ def test_manifests_expose_the_metrics_port() -> None:
 
 
 def test_operator_flags() -> None:
-    from grpo_operator.main import parse_args
+    from grpo_operator.cli.grpo_operator import parse_args
 
     cfg = parse_args(["-A", "--metrics-listen", "0.0.0.0:8081", "--progress-interval", "2",
                       "--trainer-metrics-port", "9500"])
     assert (cfg.metrics_listen, cfg.progress_interval, cfg.trainer_metrics_port) == ("0.0.0.0:8081", 2.0, 9500)
-    from grpo_operator.handlers import Config
+    from grpo_operator.controller.handlers import Config
 
     env = Config.from_env({"GRPO_PROGRESS_INTERVAL_SECONDS": "30", "GRPO_METRICS_LISTEN": ":9090",
                            "GRPO_TRAINER_METRICS_PORT": "0"})
@@ -258,7 +261,7 @@ def test_operator_flags() -> None:
 
 
 def test_final_progress_from_the_termination_message():
-    from grpo_operator import progress as P
+    from grpo_operator.lifecycle import progress as P
 
     prev = {"step": 117, "maxSteps": 120, "display": "117/120", "reward": 0.2, "etaSeconds": 12, "kl": 0.01}
     msg = 'GRPO_RESULT {"step":120,"maxSteps":120,"reward":0.28125,"rewardStd":0.1,"rewards":{"accuracy":0.5}}\n'

@@ -68,7 +68,7 @@ def test_two_nodes_c10d_on_loopback(tiny_config, tmp_path):
 
 
 def test_trl_batch_error_under_torchrun_is_permanent_and_matches_grpojob_check(tiny_config, tmp_path):
-    from grpo_operator.batch import BatchInput, check
+    from grpo_operator.rules.batch import BatchInput, check
 
     cfg = tiny_config(training_kw={"per_device_train_batch_size": 1, "num_generations": 4})
     r = run(launch_cmd(cfg, "--standalone", "--nproc-per-node", "2"), timeout=180)

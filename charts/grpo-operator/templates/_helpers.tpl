@@ -93,7 +93,7 @@ app.kubernetes.io/part-of: grpo-operator
 {{- end -}}
 
 {{/*
-Namespace-scoped rules: exactly the verbs the operator uses (grpo_operator/handlers.py, kube.py, kopf).
+Namespace-scoped rules: exactly the verbs the operator uses (grpo_operator/controller/: handlers.py, kube.py; kopf).
 The reason for each is in docs/install.md ("RBAC").
 */}}
 {{- define "grpo-operator.namespacedRules" -}}

@@ -1,0 +1,189 @@
+"""The GRPOJob CustomResourceDefinition, generated from the pydantic models in api/models.py."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+from . import cel
+from . import models as api
+
+MAX_DESCRIPTION = 300  # keeps the CRD well under kubectl apply's 256 KiB last-applied annotation
+
+PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Job phase"},
+    {"name": "Nodes×GPUs", "type": "string", "jsonPath": ".status.topology", "description": "nodes × GPUs per node"},
+    {"name": "Step", "type": "string", "jsonPath": ".status.progress.display", "description": "step/maxSteps"},
+    {"name": "Reward", "type": "number", "jsonPath": ".status.progress.reward", "description": "mean reward at the last logging step"},
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1, "description": "gang restarts"},
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model", "priority": 1, "description": "model"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def _description(schema: dict[str, Any]) -> dict[str, Any]:
+    text = schema.get("description")
+    if not text:
+        return {}
+    text = " ".join(str(text).split())
+    if len(text) > MAX_DESCRIPTION:
+        text = text[: MAX_DESCRIPTION - 1] + "…"
+    return {"description": text}
+
+
+class _Converter:
+    """pydantic JSON schema → a structural OpenAPI v3 schema (no anyOf/$ref, types everywhere)."""
+
+    def __init__(self, defs: dict[str, Any]):
+        self.defs = defs
+
+    def resolve(self, schema: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in schema:
+            target = self.defs[schema["$ref"].rsplit("/", 1)[-1]]
+            schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+        return schema
+
+    def convert(self, schema: dict[str, Any]) -> dict[str, Any]:
+        schema = self.resolve(schema)
+        desc = _description(schema)
+        if "anyOf" in schema:
+            options = [self.resolve(s) for s in schema["anyOf"]]
+            non_null = [s for s in options if s.get("type") != "null"]
+            nullable = len(non_null) < len(options)
+            types = {s.get("type") for s in non_null}
+            if len(non_null) == 1:
+                out = self.convert(non_null[0])
+            elif types == {"integer", "string"}:
+                out = {"x-kubernetes-int-or-string": True}
+            else:
+                out = {"x-kubernetes-preserve-unknown-fields": True}
+            if nullable:
+                out["nullable"] = True
+            return {**out, **desc}
+        if "enum" in schema or "const" in schema:
+            values = schema.get("enum", [schema.get("const")])
+            kind = "string" if all(isinstance(v, str) for v in values) else "integer"
+            return {"type": kind, "enum": values, **desc}
+        kind = schema.get("type")
+        if kind is None:
+            return {"x-kubernetes-preserve-unknown-fields": True, **desc}
+        if kind == "object":
+            out: dict[str, Any] = {"type": "object"}
+            props = schema.get("properties")
+            if props:
+                out["properties"] = {k: self.convert(v) for k, v in props.items()}
+                if schema.get("required"):
+                    out["required"] = sorted(schema["required"])
+                if schema.get("additionalProperties") is not False:
+                    out["x-kubernetes-preserve-unknown-fields"] = True
+            else:
+                extra = schema.get("additionalProperties", True)
+                if extra is True or extra == {}:
+                    out["x-kubernetes-preserve-unknown-fields"] = True
+                else:
+                    out["additionalProperties"] = self.convert(extra)
+            return {**out, **desc}
+        if kind == "array":
+            items = schema.get("items", {})
+            conv = self.convert(items)
+            if "type" not in conv and "x-kubernetes-int-or-string" not in conv:
+                conv = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+            out = {"type": "array", "items": conv}
+            for key in ("minItems", "maxItems"):
+                if key in schema:
+                    out[key] = schema[key]
+            return {**out, **desc}
+        out = {"type": kind}
+        if kind == "integer":
+            out["format"] = "int64"
+        for src, dst in (("minimum", "minimum"), ("maximum", "maximum"), ("exclusiveMinimum", "minimum"),
+                         ("exclusiveMaximum", "maximum"), ("minLength", "minLength"), ("maxLength", "maxLength"),
+                         ("pattern", "pattern")):
+            if src in schema:
+                if src.endswith(("imum",)) and isinstance(schema[src], int) and abs(schema[src]) > 2**53:
+                    # kube-apiserver reads bounds as float64: ±(2^63-1) rounds to 2^63 and overflows into
+                    # "must be less than or equal to -9223372036854775808" for every value. format int64 bounds it.
+                    continue
+                out[dst] = schema[src]
+                if src.startswith("exclusive"):
+                    out["exclusive" + dst[:1].upper() + dst[1:]] = True
+        return {**out, **desc}
+
+
+def _schema_of(model) -> dict[str, Any]:
+    js = model.model_json_schema(by_alias=True, mode="validation", ref_template="#/$defs/{model}")
+    conv = _Converter(js.get("$defs", {}))
+    return conv.convert(js)
+
+
+def openapi_schema() -> dict[str, Any]:
+    spec = _schema_of(api.GRPOJobSpec)
+    status = _schema_of(api.GRPOJobStatus)
+    # Extra keys forbidden in the spec: the API server prunes unknown fields instead of failing, so the strict
+    # check is the webhook's; the schema must not preserve them silently either.
+    _drop_preserve_where_typed(spec)
+    status.setdefault("x-kubernetes-preserve-unknown-fields", True)
+    return cel.apply({  # CEL rules and the bounds their cost needs: cel.py
+        "type": "object",
+        "description": "A GRPO post-training job: TRL's GRPOTrainer under torchrun on one or more nodes.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "grpo.dev/v1alpha1"},
+            "kind": {"type": "string", "description": "GRPOJob"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+    })
+
+
+def _drop_preserve_where_typed(schema: dict[str, Any]) -> None:
+    """Objects with declared properties keep exactly those (pydantic forbids extras there too)."""
+    if schema.get("type") == "object" and "properties" in schema:
+        schema.pop("x-kubernetes-preserve-unknown-fields", None)
+        for sub in schema["properties"].values():
+            _drop_preserve_where_typed(sub)
+    elif schema.get("type") == "array":
+        _drop_preserve_where_typed(schema["items"])
+    elif isinstance(schema.get("additionalProperties"), dict):
+        _drop_preserve_where_typed(schema["additionalProperties"])
+
+
+def crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{api.PLURAL}.{api.GROUP}",
+            "labels": {"app.kubernetes.io/name": "grpo-operator", "app.kubernetes.io/part-of": "grpo-operator"},
+        },
+        "spec": {
+            "group": api.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": api.KIND,
+                "listKind": f"{api.KIND}List",
+                "plural": api.PLURAL,
+                "singular": api.SINGULAR,
+                "shortNames": list(api.SHORT_NAMES),
+                "categories": ["all", "grpo"],
+            },
+            "versions": [
+                {
+                    "name": api.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
+        },
+    }
+
+
+def crd_yaml() -> str:
+    header = "# Generated by `grpojob crd` from operator/grpo_operator/api/models.py. Do not edit by hand.\n"
+    return header + yaml.safe_dump(crd(), sort_keys=False, allow_unicode=True, width=120)

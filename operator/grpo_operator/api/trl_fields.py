@@ -1,0 +1,93 @@
+"""TRL 1.16 GRPOConfig's fields, read from the generated table (the operator never imports TRL)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TrlField:
+    name: str  # TRL's snake_case name
+    camel: str  # the name users write in spec.training
+    kind: str  # bool | int | float | str | list[str] | list[float] | dict | any | int-or-string | opaque
+    nullable: bool
+    choices: tuple[str, ...] | None
+    default: Any
+    help: str
+
+
+@lru_cache(maxsize=1)
+def table() -> dict[str, Any]:
+    text = resources.files("grpo_operator.api").joinpath("data/grpo_config_fields.json").read_text()
+    return json.loads(text)
+
+
+@lru_cache(maxsize=1)
+def fields() -> tuple[TrlField, ...]:
+    return tuple(
+        TrlField(
+            name=f["name"],
+            camel=f["camel"],
+            kind=f["kind"],
+            nullable=f["nullable"],
+            choices=tuple(f["choices"]) if f["choices"] else None,
+            default=f["default"],
+            help=f["help"],
+        )
+        for f in table()["fields"]
+    )
+
+
+@lru_cache(maxsize=1)
+def by_camel() -> dict[str, TrlField]:
+    return {f.camel: f for f in fields()}
+
+
+def trl_version() -> str:
+    return table()["trl"]
+
+
+@lru_cache(maxsize=1)
+def _defaults() -> dict[str, Any]:
+    return {f.name: f.default for f in fields()}
+
+
+def default(name: str) -> Any:
+    """TRL's default for a snake_case field name (KeyError for an unknown one)."""
+    return _defaults()[name]
+
+
+# Fields the operator sets from other parts of the spec: a user value there would be silently overridden or
+# would leak a secret into a ConfigMap, so it is refused with a pointer to the right place.
+OWNED_BY_SPEC: dict[str, str] = {
+    "outputDir": "set spec.output.path (checkpoints go to <path>/<job name>)",
+    "useVllm": "set spec.vllm.mode (colocate | server | none)",
+    "vllmMode": "set spec.vllm.mode (colocate | server | none)",
+    "vllmTensorParallelSize": "set spec.vllm.tensorParallelSize",
+    "vllmGpuMemoryUtilization": "set spec.vllm.gpuMemoryUtilization",
+    "vllmServerHost": "the operator points the trainer at its own vLLM server Service (spec.vllm.mode: server)",
+    "vllmServerPort": "the operator points the trainer at its own vLLM server Service (spec.vllm.mode: server)",
+    "vllmServerBaseUrl": "the operator points the trainer at its own vLLM server Service (spec.vllm.mode: server)",
+    "rewardWeights": "set spec.rewards[].weight",
+    "hubToken": "never put a token in a spec: set spec.hfTokenSecretRef to a Secret (it reaches the pods as HF_TOKEN)",
+    "parallelismConfig": "not supported by GRPOTrainer through a manifest",
+}
+
+
+def suggest(name: str) -> str | None:
+    """The closest real camelCase field name (also accepts snake_case input)."""
+    cands = list(by_camel())
+    snake = {f.name: f.camel for f in fields()}
+    if name in snake:
+        return snake[name]
+    match = difflib.get_close_matches(name, cands, n=1, cutoff=0.6)
+    if not match:
+        lowered = {c.lower(): c for c in cands}
+        match = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
+        match = [lowered[m] for m in match]
+    return match[0] if match else None

@@ -1,0 +1,197 @@
+"""`grpojob`: check | render | run --local | crd — thin I/O around validation, manifests and crd."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Optional, Sequence
+
+import yaml
+
+from ..api import crd
+from . import documents
+from ..render import manifests
+from ..rules import validation
+
+EXIT_OK, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the trainer config JSON) as readable literal blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _entry(file: str, name: str, res: validation.ValidationResult) -> dict[str, Any]:
+    return {
+        "file": file,
+        "name": name,
+        "valid": res.valid,
+        "errors": [e.as_dict() for e in res.errors],
+        "batch": res.batch,
+    }
+
+
+def _unreadable(file: str, message: str) -> dict[str, Any]:
+    return {"file": file, "name": "", "valid": False, "errors": [{"field": "", "message": message}], "batch": None}
+
+
+def _text(entry: dict[str, Any], warnings: Sequence[str] = ()) -> str:
+    label = f"{entry['file']}: {entry['name'] or '<unnamed>'}"
+    lines = []
+    b = entry["batch"]
+    if entry["valid"]:
+        detail = ""
+        if b:
+            detail = (f" (world size {b['worldSize']} = {b['worldSize'] // b['nprocPerNode']} node(s) × "
+                      f"{b['nprocPerNode']}; generation batch {b['generationBatchSize']}, "
+                      f"{b['stepsPerGeneration']} step(s)/generation, {b['promptsPerGeneration']} prompts/generation)")
+        lines.append(f"{label}: valid{detail}")
+    else:
+        lines.append(f"{label}: invalid")
+        for e in entry["errors"]:
+            where = f"{e['field']}: " if e["field"] else ""
+            lines.append(f"  error: {where}{e['message']}")
+    for w in warnings:
+        lines.append(f"  warning: {w}")
+    return "\n".join(lines)
+
+
+def check_files(paths: Sequence[str]) -> tuple[int, list[dict[str, Any]], list[list[str]]]:
+    """(exit code, one JSON entry per document, the warnings of each entry)."""
+    code = EXIT_OK
+    entries: list[dict[str, Any]] = []
+    warnings: list[list[str]] = []
+    for path in paths:
+        try:
+            docs = documents.load_file(path)
+        except documents.DocumentError as exc:
+            entries.append(_unreadable(path, str(exc)))
+            warnings.append([])
+            code = EXIT_UNREADABLE
+            continue
+        if not docs:
+            entries.append(_unreadable(path, "no YAML document in the file"))
+            warnings.append([])
+            code = EXIT_UNREADABLE
+            continue
+        for doc in docs:
+            res = validation.validate(doc.body)
+            entries.append(_entry(path, documents.name_of(doc.body), res))
+            warnings.append(res.warnings)
+            if res.not_a_grpojob:
+                code = EXIT_UNREADABLE
+            elif not res.valid and code == EXIT_OK:
+                code = EXIT_INVALID
+    return code, entries, warnings
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    code, entries, warnings = check_files(args.files)
+    if args.output == "json":
+        print(json.dumps(entries, indent=2, ensure_ascii=False))
+    else:
+        for e, w in zip(entries, warnings):
+            print(_text(e, w))
+    return code
+
+
+def _namespace(body: dict, override: Optional[str]) -> str:
+    if override:
+        return override
+    meta = body.get("metadata") or {}
+    ns = meta.get("namespace") if isinstance(meta, dict) else None
+    return ns if isinstance(ns, str) and ns else "default"
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    if args.namespace is not None and not validation.valid_namespace(args.namespace):
+        print(f"grpojob render: error: --namespace: {validation.namespace_problem(args.namespace)}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    try:
+        docs = documents.load_file(args.file)
+    except documents.DocumentError as exc:
+        print(f"{args.file}: error: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    objects: list[dict[str, Any]] = []
+    code = EXIT_OK
+    for doc in docs:
+        res = validation.validate(doc.body)
+        if not res.valid or res.job is None or res.topology is None:
+            name = documents.name_of(doc.body) or "<unnamed>"
+            for e in res.errors:
+                print(f"{args.file}: {name}: error: {e.field}: {e.message}", file=sys.stderr)
+            code = EXIT_UNREADABLE if res.not_a_grpojob else max(code, EXIT_INVALID)
+            continue
+        objects += manifests.render(res.job, res.topology, _namespace(doc.body, args.namespace), image=args.image)
+    if code != EXIT_OK:
+        return code
+    if not objects:
+        print(f"{args.file}: error: no GRPOJob in the file", file=sys.stderr)
+        return EXIT_UNREADABLE
+    sys.stdout.write(yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000))
+    return EXIT_OK
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    sys.stdout.write(crd.crd_yaml())
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if not args.local:
+        print("grpojob run: only --local is supported (to run on a cluster: kubectl apply -f FILE)", file=sys.stderr)
+        return EXIT_UNREADABLE
+    from . import local_run  # imported lazily: it is the only command that starts processes
+
+    return local_run.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="grpojob", description="Validate, render and run GRPOJob manifests.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("check", help="validate GRPOJob documents with the webhook's own code")
+    c.add_argument("files", nargs="+", metavar="FILE")
+    c.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    c.set_defaults(func=cmd_check)
+
+    r = sub.add_parser("render", help="print every object the operator would create for the job")
+    r.add_argument("file", metavar="FILE")
+    r.add_argument("--namespace", "-n", default=None)
+    r.add_argument("--image", default=manifests.DEFAULT_TRAINER_IMAGE, help="default trainer image")
+    r.set_defaults(func=cmd_render)
+
+    run = sub.add_parser("run", help="run the job on this machine (torchrun with the pods' arguments)")
+    run.add_argument("--local", action="store_true", required=True)
+    run.add_argument("file", metavar="FILE")
+    run.add_argument("--output-dir", default=None, help="checkpoints (default: ./runs/<job name>)")
+    run.add_argument("--nproc", type=int, default=None, help="processes (default: local GPUs, else the spec's)")
+    run.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
+    run.add_argument("--no-progress", action="store_true", help="plain log output instead of a progress bar")
+    run.set_defaults(func=cmd_run)
+
+    k = sub.add_parser("crd", help="print the GRPOJob CustomResourceDefinition")
+    k.set_defaults(func=cmd_crd)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""A small asyncio Kubernetes API client (aiohttp) for the operator's own reads and writes.
+
+kopf does the watching; this does the writes, with exactly the content types a real API server wants:
+custom-object status updates are JSON merge patches (a dict sent as a JSON patch is a 400 there).
+Credentials come from the same kopf login (ConnectionInfo) the watchers use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional
+from urllib.parse import quote, urlencode
+
+import aiohttp
+
+from .. import api
+from . import metrics as opmetrics
+
+log = logging.getLogger("grpo_operator.kube")
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, message: str, body: Any = None):
+        super().__init__(f"{status} {reason}: {message}")
+        self.status, self.reason, self.message, self.body = status, reason, message, body
+
+
+class NotFound(ApiError):
+    pass
+
+
+class Conflict(ApiError):  # 409: AlreadyExists or a resourceVersion conflict
+    pass
+
+
+class Gone(ApiError):  # 410: a watch's resourceVersion (or a list's continue token) expired: list again
+    pass
+
+
+def error_class(status: int) -> type[ApiError]:
+    """The ApiError subclass callers catch for an HTTP status (or a watch ERROR event's code)."""
+    return {404: NotFound, 409: Conflict, 410: Gone}.get(status, ApiError)
+
+
+def decode_lines(buffer: bytearray, chunk: bytes) -> list[dict[str, Any]]:
+    """Append a chunk of a watch stream to `buffer`; return the complete JSON lines in it, decoded (a line may span
+    chunks, and a pod can be larger than aiohttp's line limit)."""
+    buffer += chunk
+    out = []
+    while True:
+        i = buffer.find(b"\n")
+        if i < 0:
+            return out
+        line = bytes(buffer[:i])
+        del buffer[:i + 1]
+        if line.strip():
+            out.append(json.loads(line))
+
+
+def path_for(kind: str, namespace: str, name: Optional[str] = None, subresource: Optional[str] = None) -> str:
+    if kind == "GRPOJob":
+        base = f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{quote(namespace)}/{api.PLURAL}"
+    elif kind == "Event":
+        base = f"/api/v1/namespaces/{quote(namespace)}/events"
+    else:
+        plural = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps"}[kind]
+        base = f"/api/v1/namespaces/{quote(namespace)}/{plural}"
+    if name:
+        base += f"/{quote(name)}"
+    if subresource:
+        base += f"/{subresource}"
+    return base
+
+
+class Kube:
+    """One aiohttp session to the API server; re-logs in on 401."""
+
+    def __init__(self, info: Any, relogin: Optional[Callable[[], Awaitable[Any]]] = None,
+                 timeout: float = 30.0, limit: int = 64):
+        self._info = info
+        self._relogin = relogin
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._limit = limit
+        self._session: Optional[aiohttp.ClientSession] = None
+        self._watch_session: Optional[aiohttp.ClientSession] = None
+        self._lock = asyncio.Lock()
+
+    def _make_session(self, limit: int, **options: Any) -> aiohttp.ClientSession:
+        info = self._info
+        ssl_ctx = info.as_ssl_context() if info.server.startswith("https") else False
+        conn = aiohttp.TCPConnector(ssl=ssl_ctx, limit=limit)
+        return aiohttp.ClientSession(connector=conn, headers=info.as_http_headers(), **options)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = self._make_session(self._limit, timeout=self._timeout)
+        return self._session
+
+    async def _login_again(self) -> None:
+        """After a 401: new credentials from the login, and new sessions carrying them."""
+        assert self._relogin is not None
+        async with self._lock:
+            self._info = await self._relogin()
+            await self.close()
+
+    async def close(self) -> None:
+        for attr in ("_session", "_watch_session"):
+            session = getattr(self, attr)
+            if session is not None:
+                await session.close()
+                setattr(self, attr, None)
+
+    async def watch(self, path: str, params: dict[str, Any], read_timeout: float) -> AsyncIterator[dict[str, Any]]:
+        """Stream a watch's events, decoded. Watches get their own connection pool: they hold a connection each for
+        minutes, and must never take the slots writes are limited to."""
+        if self._watch_session is None or self._watch_session.closed:
+            self._watch_session = self._make_session(limit=0)  # 0: no limit
+        url = self._info.server.rstrip("/") + path + "?" + urlencode(params)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=read_timeout)
+        async with self._watch_session.get(url, timeout=timeout, headers={"Accept": "application/json"}) as resp:
+            if resp.status >= 400:
+                opmetrics.api_error("WATCH", resp.status)
+                text = (await resp.read()).decode("utf-8", "replace")
+                if resp.status == 401 and self._relogin is not None:
+                    await self._login_again()
+                raise error_class(resp.status)(resp.status, resp.reason or "", text[:2000])
+            buffer = bytearray()
+            async for chunk in resp.content.iter_any():
+                for event in decode_lines(buffer, chunk):
+                    yield event
+
+    async def request(self, method: str, path: str, *, body: Any = None, params: Optional[dict] = None,
+                      content_type: str = "application/json", decode: bool = True) -> Any:
+        url = self._info.server.rstrip("/") + path
+        if params:
+            url += "?" + urlencode(params)
+        data = None if body is None else json.dumps(body, separators=(",", ":"))
+        for attempt in (0, 1):
+            try:
+                async with self.session.request(method, url, data=data,
+                                                headers={"Content-Type": content_type, "Accept": "application/json"}) as resp:
+                    raw = await resp.read()
+                    status, http_reason = resp.status, resp.reason
+            except asyncio.TimeoutError:
+                opmetrics.api_error(method, "timeout")
+                raise
+            except aiohttp.ClientError:
+                opmetrics.api_error(method, "connection")
+                raise
+            if status >= 400:
+                opmetrics.api_error(method, status)
+            if status == 401 and attempt == 0 and self._relogin is not None:
+                await self._login_again()
+                continue
+            if status < 400 and not decode:
+                return None  # the caller needs no body (creates): JSON decoding was the operator's top CPU cost
+            text = raw.decode("utf-8", "replace")
+            try:
+                payload = json.loads(text) if text else None
+            except ValueError:
+                payload = text
+            if status < 400:
+                return payload
+            msg = payload.get("message", text) if isinstance(payload, dict) else text
+            reason = payload.get("reason", http_reason or "") if isinstance(payload, dict) else (http_reason or "")
+            raise error_class(status)(status, reason, str(msg)[:2000], payload)
+        raise ApiError(401, "Unauthorized", "unauthorized after re-login")
+
+    # ---- verbs
+    async def create(self, obj: dict[str, Any], *, want_body: bool = False) -> Optional[dict[str, Any]]:
+        """POST the object; its stored form only when `want_body` (decoding it costs more than sending it)."""
+        meta = obj["metadata"]
+        return await self.request("POST", path_for(obj["kind"], meta["namespace"]), body=obj, decode=want_body)
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        return await self.request("GET", path_for(kind, namespace, name))
+
+    async def delete(self, kind: str, namespace: str, name: str, *, propagation: Optional[str] = None,
+                     uid: Optional[str] = None, grace_seconds: Optional[int] = None) -> bool:
+        """Delete; False when already gone. A uid precondition never deletes a newer namesake."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if propagation:
+            body["propagationPolicy"] = propagation
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            await self.request("DELETE", path_for(kind, namespace, name), body=body)
+            return True
+        except NotFound:
+            return False
+
+    async def patch_status(self, kind: str, namespace: str, name: str, status_patch: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("PATCH", path_for(kind, namespace, name, "status"),
+                                  body={"status": status_patch}, content_type=MERGE_PATCH)
+
+    async def post_event(self, namespace: str, event: dict[str, Any]) -> None:
+        await self.request("POST", path_for("Event", namespace), body=event, decode=False)

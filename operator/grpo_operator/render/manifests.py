@@ -1,0 +1,391 @@
+"""A validated GRPOJob → the Kubernetes objects that run it (pure and deterministic).
+
+The operator, `grpojob render` and `grpojob run --local` all call these functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .. import api
+from ..rules import topology
+
+DEFAULT_TRAINER_IMAGE = "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
+C10D_PORT = 29400
+# The trainer's Prometheus endpoint (local rank 0 of each node; docs/observability.md). 0 = off.
+DEFAULT_METRICS_PORT = 9400
+METRICS_PORT_NAME = "metrics"
+CONFIG_DIR = "/etc/grpo"
+CONFIG_FILE = f"{CONFIG_DIR}/config.json"
+TRAINER_MODULE = "grpo_trainer"
+RUN_AS = 1000
+
+LABEL_JOB = "grpo.dev/job-name"
+LABEL_ROLE = "grpo.dev/role"
+LABEL_RANK = "grpo.dev/node-rank"
+ANNOTATION_ATTEMPT = "grpo.dev/attempt"
+ANNOTATION_JOB = "grpo.dev/job-full-name"
+PASS_THROUGH_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
+
+# Pod hostnames are DNS labels (≤ 63): "<base>-node-<rank>" with rank < 1024 needs 10 characters.
+MAX_BASE = 52
+
+
+@dataclass(frozen=True)
+class Names:
+    base: str  # a DNS-1035 label derived from the job name; also the headless Service's name
+    job: str
+
+    @property
+    def service(self) -> str:
+        return self.base
+
+    @property
+    def config_map(self) -> str:
+        return f"{self.base}-config"
+
+    @property
+    def vllm(self) -> str:
+        return f"{self.base}-vllm"
+
+    def pod(self, rank: int) -> str:
+        return f"{self.base}-node-{rank}"
+
+    def vllm_pod(self, index: int = 0) -> str:
+        return f"{self.base}-vllm-{index}"
+
+
+def names(job_name: str) -> Names:
+    """Deterministic child names; a long or unusual job name is shortened with a hash suffix, never rejected."""
+    cleaned = re.sub(r"[^a-z0-9-]", "-", job_name.lower()).strip("-")
+    if cleaned and not cleaned[0].isalpha():
+        cleaned = "j-" + cleaned
+    if cleaned == job_name and len(cleaned) <= MAX_BASE:
+        return Names(cleaned, job_name)
+    digest = hashlib.sha256(job_name.encode()).hexdigest()[:8]
+    head = cleaned[: MAX_BASE - 9].rstrip("-") or "job"
+    return Names(f"{head}-{digest}", job_name)
+
+
+# torchrun itself exits 1 whenever a worker fails, which reads as "permanent"; grpo_trainer.launch is torchrun's own
+# launcher run in-process that exits with the workers' contract code instead (docs/trainer.md).
+LAUNCHER = ["python", "-m", "grpo_trainer.launch"]
+
+
+def torchrun_argv(nnodes: int, nproc_per_node: int, node_rank: int, rdzv_endpoint: str, rdzv_id: str,
+                  config_path: str = CONFIG_FILE) -> list[str]:
+    """The trainer container's argv (never a shell string): torchrun's arguments, then the trainer module."""
+    return [
+        *LAUNCHER,
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}",
+        f"--node-rank={node_rank}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={rdzv_endpoint}",
+        f"--rdzv-id={rdzv_id}",
+        "--max-restarts=0",  # restarts are the operator's (gang, with resume), not torchrun's
+        "-m",
+        TRAINER_MODULE,
+        "--config",
+        config_path,
+    ]
+
+
+def trainer_config(job: api.GRPOJob, namespace: str, uid: str = "", output_dir: Optional[str] = None,
+                   metrics_port: int = DEFAULT_METRICS_PORT) -> dict[str, Any]:
+    """The JSON the trainer reads (docs/trainer-config.md)."""
+    spec = job.spec
+    n = names(job.metadata.name or "")
+    server_host = None
+    if spec.vllm.mode == "server":
+        server_host = f"{n.vllm}.{namespace}.svc"
+    return {
+        "schemaVersion": 1,
+        "job": {"name": job.metadata.name, "namespace": namespace, "uid": uid},
+        "model": spec.model,
+        "dataset": spec.dataset.model_dump(),
+        "rewards": [r.model_dump() for r in spec.rewards],
+        "training": api.training_kwargs(spec.training),
+        "vllm": {
+            "mode": spec.vllm.mode,
+            "tensorParallelSize": spec.vllm.tensorParallelSize,
+            "gpuMemoryUtilization": spec.vllm.gpuMemoryUtilization,
+            "serverHost": server_host,
+            "serverPort": (spec.vllm.server or api.VllmServerSpec()).port,
+        },
+        "outputDir": output_dir or f"{spec.output.path.rstrip('/')}/{n.base}",
+        # GRPO_PROGRESS lines in the pod log, and /metrics on metricsPort: the operator's status.progress source
+        "progress": {"enabled": True, "metricsPort": metrics_port},
+    }
+
+
+def _labels(job: api.GRPOJob, n: Names, role: str) -> dict[str, str]:
+    labels = {
+        "app.kubernetes.io/name": "grpo-trainer" if role == "trainer" else "vllm-server",
+        "app.kubernetes.io/instance": n.base,
+        "app.kubernetes.io/component": role,
+        "app.kubernetes.io/part-of": "grpo-operator",
+        "app.kubernetes.io/managed-by": "grpo-operator",
+        LABEL_JOB: n.base,
+        LABEL_ROLE: role,
+    }
+    job_labels = job.metadata.model_extra.get("labels") if job.metadata.model_extra else None
+    if isinstance(job_labels, dict):
+        for key in PASS_THROUGH_LABELS:
+            if isinstance(job_labels.get(key), str):
+                labels[key] = job_labels[key]
+    return labels
+
+
+def selector(job_name: str, role: str = "trainer") -> dict[str, str]:
+    return {LABEL_JOB: names(job_name).base, LABEL_ROLE: role}
+
+
+def _meta(name: str, namespace: str, labels: dict[str, str], job_name: str, uid: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels,
+                            "annotations": {ANNOTATION_JOB: job_name}}
+    if uid:
+        meta["ownerReferences"] = [{
+            "apiVersion": api.API_VERSION, "kind": api.KIND, "name": job_name, "uid": uid,
+            "controller": True, "blockOwnerDeletion": True,
+        }]
+    return meta
+
+
+def _pod_security() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _container_security() -> dict[str, Any]:
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]}}
+
+
+def _resources(res: api.ResourceRequirements) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if res.limits:
+        out["limits"] = {k: str(v) for k, v in sorted(res.limits.items())}
+    if res.requests:
+        out["requests"] = {k: str(v) for k, v in sorted(res.requests.items())}
+    return out
+
+
+def _common_env(job: api.GRPOJob, threads: int) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "OMP_NUM_THREADS", "value": str(threads)},
+        {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
+        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "HF_HOME", "value": "/tmp/hf-home"},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+    ref = job.spec.hfTokenSecretRef
+    if ref is not None:
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    ours = {e["name"] for e in env}
+    for e in job.spec.template.env:
+        if e.name in ours:
+            env = [x for x in env if x["name"] != e.name]  # the user's value wins (e.g. OMP_NUM_THREADS)
+        env.append(e.model_dump(exclude_none=True))
+    return env
+
+
+def _volumes(job: api.GRPOJob, n: Names, topo: topology.Topology, with_config: bool) -> tuple[list, list]:
+    spec = job.spec
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
+    if with_config:
+        volumes.append({"name": "config", "configMap": {"name": n.config_map}})
+        mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
+    if spec.output.volumeClaimName:
+        volumes.append({"name": "output", "persistentVolumeClaim": {"claimName": spec.output.volumeClaimName}})
+    else:
+        volumes.append({"name": "output", "emptyDir": {}})
+    mounts.append({"name": "output", "mountPath": spec.output.path})
+    shm = spec.template.shmSize if spec.template.shmSize is not None else ("16Gi" if topo.gpu_resource else None)
+    if shm is not None:
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(shm)}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    volumes += [dict(v) for v in spec.template.volumes]
+    mounts += [dict(m) for m in spec.template.volumeMounts]
+    return volumes, mounts
+
+
+def _pod_spec_extras(job: api.GRPOJob) -> dict[str, Any]:
+    t = job.spec.template
+    out: dict[str, Any] = {}
+    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName", "schedulerName",
+                "serviceAccountName", "runtimeClassName", "imagePullSecrets"):
+        value = getattr(t, key)
+        if value:
+            out[key] = value
+    return out
+
+
+def _scrape_annotations(metrics_port: int) -> dict[str, str]:
+    """The classic prometheus.io annotations (annotation-based scrape configs); PodMonitors use the port name."""
+    if not metrics_port:
+        return {}
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(metrics_port), "prometheus.io/path": "/metrics"}
+
+
+def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank: int, *, uid: str = "",
+                image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
+                metrics_port: int = DEFAULT_METRICS_PORT) -> dict[str, Any]:
+    n = names(job.metadata.name or "")
+    labels = {**job.spec.template.metadata.labels, **_labels(job, n, "trainer"), LABEL_RANK: str(rank)}
+    meta = _meta(n.pod(rank), namespace, labels, job.metadata.name or "", uid)
+    meta["annotations"] = {**_scrape_annotations(metrics_port), **job.spec.template.metadata.annotations,
+                           **meta["annotations"], ANNOTATION_ATTEMPT: str(attempt)}
+    volumes, mounts = _volumes(job, n, topo, with_config=True)
+    rdzv_id = f"{uid or n.base}-{attempt}"
+    argv = torchrun_argv(topo.nodes, topo.nproc_per_node, rank, f"{n.pod(0)}.{n.service}:{C10D_PORT}", rdzv_id)
+    container = {
+        "name": "trainer",
+        "image": job.spec.image or image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": argv[:len(LAUNCHER)],
+        "args": argv[len(LAUNCHER):],
+        "env": _common_env(job, threads=1 if topo.gpu_resource else 4)
+        + [{"name": "GRPO_NODE_RANK", "value": str(rank)}, {"name": "GRPO_ATTEMPT", "value": str(attempt)}],
+        "ports": [{"name": "c10d", "containerPort": C10D_PORT, "protocol": "TCP"}]
+        + ([{"name": METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"}] if metrics_port else []),
+        "resources": _resources(job.spec.resources),
+        "securityContext": _container_security(),
+        "volumeMounts": mounts,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "hostname": n.pod(rank),
+            "subdomain": n.service,
+            "restartPolicy": "Never",
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 120,  # time for the trainer to save a checkpoint on SIGTERM
+            "securityContext": _pod_security(),
+            "containers": [container],
+            "volumes": volumes,
+            **_pod_spec_extras(job),
+        },
+    }
+
+
+def headless_service(job: api.GRPOJob, namespace: str, *, uid: str = "") -> dict[str, Any]:
+    n = names(job.metadata.name or "")
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(n.service, namespace, _labels(job, n, "trainer"), job.metadata.name or "", uid),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,  # rendezvous happens before any pod is Ready
+            "selector": selector(job.metadata.name or ""),
+            "ports": [{"name": "c10d", "port": C10D_PORT, "targetPort": C10D_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
+def config_map(job: api.GRPOJob, namespace: str, *, uid: str = "", metrics_port: int = DEFAULT_METRICS_PORT) -> dict[str, Any]:
+    n = names(job.metadata.name or "")
+    data = json.dumps(trainer_config(job, namespace, uid, metrics_port=metrics_port), indent=2, sort_keys=True)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(n.config_map, namespace, _labels(job, n, "trainer"), job.metadata.name or "", uid),
+        "data": {"config.json": data + "\n"},
+    }
+
+
+def vllm_server_argv(job: api.GRPOJob, gpus: int) -> list[str]:
+    spec = job.spec
+    tp = spec.vllm.tensorParallelSize
+    server = spec.vllm.server or api.VllmServerSpec()
+    return [
+        "vllm", "serve", spec.model,
+        "--host", "0.0.0.0",
+        "--port", str(server.port),
+        "--tensor-parallel-size", str(tp),
+        "--data-parallel-size", str(max(gpus // tp, 1)),
+        "--gpu-memory-utilization", str(spec.vllm.gpuMemoryUtilization),
+        "--weight-transfer-config", '{"backend":"nccl"}',
+        "--logprobs-mode", "processed_logprobs",
+        "--max-logprobs", "-1",
+    ]
+
+
+def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
+                 image: str = DEFAULT_TRAINER_IMAGE) -> list[dict[str, Any]]:
+    spec = job.spec
+    n = names(job.metadata.name or "")
+    server = spec.vllm.server or api.VllmServerSpec()
+    res = server.resources
+    if not res.limits and not res.requests:
+        gpu = topo.gpu_resource or "nvidia.com/gpu"
+        res = api.ResourceRequirements(limits={gpu: spec.vllm.tensorParallelSize})
+    stopo, _ = topology.resolve(1, res.limits, res.requests, None)
+    gpus = stopo.gpus_per_node if stopo and stopo.gpu_resource else spec.vllm.tensorParallelSize
+    labels = {**spec.template.metadata.labels, **_labels(job, n, "vllm-server")}
+    volumes, mounts = _volumes(job, n, topo if topo.gpu_resource else stopo or topo, with_config=False)
+    argv = vllm_server_argv(job, gpus)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _meta(n.vllm_pod(0), namespace, labels, job.metadata.name or "", uid),
+        "spec": {
+            "restartPolicy": "Never",
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "securityContext": _pod_security(),
+            "containers": [{
+                "name": "vllm",
+                "image": server.image or spec.image or image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": argv[:1],
+                "args": argv[1:],
+                "env": _common_env(job, threads=1) + [{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}],
+                "ports": [{"name": "http", "containerPort": server.port, "protocol": "TCP"}],
+                "readinessProbe": {"httpGet": {"path": "/health", "port": server.port}, "periodSeconds": 10},
+                "resources": _resources(res),
+                "securityContext": _container_security(),
+                "volumeMounts": mounts,
+            }],
+            "volumes": volumes,
+            **_pod_spec_extras(job),
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(n.vllm, namespace, _labels(job, n, "vllm-server"), job.metadata.name or "", uid),
+        "spec": {
+            "selector": selector(job.metadata.name or "", "vllm-server"),
+            "ports": [{"name": "http", "port": server.port, "targetPort": server.port, "protocol": "TCP"}],
+        },
+    }
+    return [service, pod]
+
+
+def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
+           image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
+           metrics_port: int = DEFAULT_METRICS_PORT) -> list[dict[str, Any]]:
+    """Every object the operator creates for a job, in creation order: ConfigMap, Services, pods.
+
+    `metrics_port`: the trainer's Prometheus port (config JSON progress.metricsPort and the pods' `metrics`
+    containerPort); 0 turns the trainer's metrics, and with them status.progress, off."""
+    objs: list[dict[str, Any]] = [config_map(job, namespace, uid=uid, metrics_port=metrics_port),
+                                  headless_service(job, namespace, uid=uid)]
+    if job.spec.vllm.mode == "server":
+        objs += vllm_objects(job, topo, namespace, uid=uid, image=image)
+    objs += [trainer_pod(job, topo, namespace, r, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port)
+             for r in range(topo.nodes)]
+    return objs

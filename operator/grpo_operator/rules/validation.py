@@ -1,0 +1,266 @@
+"""The one validator behind the webhook, the operator and `grpojob check`: document → errors, warnings, batch."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from pydantic import BaseModel, ValidationError
+
+from .. import api
+from . import batch
+from . import topology
+from ..api import trl_fields
+
+DNS1123_LABEL = re.compile(api.DNS1123_LABEL)
+DNS1123_SUBDOMAIN = re.compile(api.DNS1123_SUBDOMAIN)
+
+
+@dataclass
+class FieldError:
+    field: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "message": self.message}
+
+
+@dataclass
+class ValidationResult:
+    errors: list[FieldError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    batch: Optional[dict[str, Any]] = None  # the Breakdown as a dict, None when not computable
+    job: Optional[api.GRPOJob] = None  # parsed, when the schema part passed
+    topology: Optional[topology.Topology] = None
+    not_a_grpojob: bool = False  # wrong apiVersion/kind: `check` exits 2
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors and not self.not_a_grpojob
+
+    def summary(self) -> str:
+        return "; ".join(f"{e.field}: {e.message}" for e in self.errors)
+
+
+def _sub_models(tp: Any) -> list[type[BaseModel]]:
+    import typing
+
+    out = []
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        out.append(tp)
+    for arg in typing.get_args(tp):
+        out += _sub_models(arg)
+    return out
+
+
+def _siblings(parent_loc: tuple) -> list[str]:
+    """Field names of the model at parent_loc (for 'did you mean')."""
+    model: Any = api.GRPOJobSpec
+    for part in parent_loc:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part) if model else None
+        subs = _sub_models(info.annotation) if info else []
+        model = subs[0] if subs else None
+        if model is None:
+            return []
+    return [info.alias or name for name, info in model.model_fields.items()] if model else []
+
+_UNION_TAGS = re.compile(r"^(int|str|float|bool|none|literal\[.*\]|list\[.*\]|dict\[.*\]|function-.*|constrained-.*|[a-z_]+\[.*\])$")
+
+
+_PATTERN_TEXT = {
+    api.REF_PATTERN: "must be a Hub id or a path without whitespace or control characters",
+    api.FUNCTION_PATTERN: "must be 'module.path:function' (Python identifiers, e.g. my_rewards:score)",
+    api.IMAGE_PATTERN: "must be an image reference like registry/name:tag",
+    api.ABS_PATH_PATTERN: "must be an absolute path of letters, digits, '.', '_', '-' and '/'",
+    api.ENV_NAME: "must be a valid environment variable name",
+}
+
+
+def _path(loc: tuple, prefix: str = "spec") -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and _UNION_TAGS.match(part):
+            continue
+        elif isinstance(part, str) and ("." in part or "/" in part or not part.isidentifier()):
+            out += f"[{part}]"
+        else:
+            out += f".{part}"
+    return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def _pydantic_errors(exc: ValidationError, prefix: str = "spec") -> list[FieldError]:
+    out: dict[str, FieldError] = {}
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        path = _path(loc, prefix)
+        kind = err["type"]
+        msg = err["msg"]
+        if kind == "missing":
+            msg = "required field is missing"
+        elif kind == "extra_forbidden":
+            name = str(loc[-1]) if loc else "?"
+            hint = difflib.get_close_matches(name, _siblings(loc[:-1]), n=1, cutoff=0.6)
+            msg = f"unknown field '{name}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
+        elif kind == "string_pattern_mismatch":
+            msg = f"{_PATTERN_TEXT.get(err.get('ctx', {}).get('pattern'), 'has an invalid format')} (got {_short(err.get('input'))})"
+        elif kind == "value_error":
+            msg = msg.removeprefix("Value error, ")
+        else:
+            msg = f"{msg} (got {_short(err.get('input'))})"
+        if path in out:
+            if msg not in out[path].message:
+                out[path].message += f"; or {msg}"
+        else:
+            out[path] = FieldError(path, msg)
+    return list(out.values())
+
+
+def batch_input(spec: api.GRPOJobSpec, topo: topology.Topology, t: Optional[dict[str, Any]] = None) -> batch.BatchInput:
+    t = api.training_kwargs(spec.training) if t is None else t
+
+    def get(name: str) -> Any:
+        v = t.get(name)
+        return trl_fields.default(name) if v is None else v
+
+    return batch.BatchInput(
+        nodes=topo.nodes,
+        nproc=topo.nproc_per_node,
+        per_device=get("per_device_train_batch_size"),
+        grad_accum=get("gradient_accumulation_steps"),
+        num_generations=get("num_generations"),
+        steps_per_generation=t.get("steps_per_generation"),
+        generation_batch_size=t.get("generation_batch_size"),
+        eval_on=get("eval_strategy") != "no",
+        per_device_eval=get("per_device_eval_batch_size"),
+        num_generations_eval=t.get("num_generations_eval"),
+        auto_find_batch_size=bool(get("auto_find_batch_size")),
+        vllm_mode=spec.vllm.mode,
+        tensor_parallel=spec.vllm.tensorParallelSize,
+        nproc_field=topo.nproc_field,
+    )
+
+
+def _vllm_errors(spec: api.GRPOJobSpec, topo: topology.Topology) -> list[FieldError]:
+    errors = []
+    if spec.vllm.mode != "none" and topo.gpu_resource is None:
+        errors.append(FieldError("spec.vllm.mode",
+                                 f"vLLM ({spec.vllm.mode} mode) needs GPUs, but spec.resources requests none: request "
+                                 "GPUs (e.g. limits: {nvidia.com/gpu: 1}) or set spec.vllm.mode: none for a CPU job."))
+    if spec.vllm.mode == "server":
+        server = spec.vllm.server or api.VllmServerSpec()
+        stopo, serrs = topology.resolve(1, server.resources.limits, server.resources.requests, None, "spec.vllm.server")
+        errors += [FieldError(e.field, e.message) for e in serrs]
+        if stopo is not None and stopo.gpu_resource is not None:
+            tp = spec.vllm.tensorParallelSize
+            if stopo.gpus_per_node % tp != 0:
+                errors.append(FieldError("spec.vllm.tensorParallelSize",
+                                         f"the vLLM server has {stopo.gpus_per_node} GPUs, which tensorParallelSize "
+                                         f"({tp}) must divide (GPUs = tensor parallel × data parallel)."))
+    elif spec.vllm.server is not None:
+        errors.append(FieldError("spec.vllm.server", f"spec.vllm.server is only used with mode: server (mode is {spec.vllm.mode}); remove it or set mode: server."))
+    return errors
+
+
+def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any]) -> list[str]:
+    out = []
+    if spec.output.volumeClaimName is None:
+        if topo.nodes > 1:
+            out.append("spec.output.volumeClaimName is not set: with several nodes checkpoints land in per-pod emptyDirs, "
+                       "which cannot be resumed; set a ReadWriteMany PVC.")
+        else:
+            out.append("spec.output.volumeClaimName is not set: checkpoints live in an emptyDir and a restart starts from step 0.")
+    lr = t.get("learning_rate")
+    if isinstance(lr, (int, float)) and lr > 1e-3:
+        out.append(f"spec.training.learningRate {lr} is unusually high for GRPO fine-tuning (typical 1e-6 … 1e-5).")
+    if topo.gpu_resource and spec.vllm.mode == "none":
+        out.append("spec.vllm.mode is none on a GPU job: generation runs through transformers and is much slower than vLLM.")
+    if spec.vllm.mode == "colocate" and spec.vllm.gpuMemoryUtilization > 0.7:
+        out.append(f"spec.vllm.gpuMemoryUtilization {spec.vllm.gpuMemoryUtilization} leaves little memory for training in colocate mode.")
+    if topo.gpu_resource is None and t.get("bf16"):
+        out.append("spec.training.bf16 on a CPU-only job: the trainer turns it off.")
+    max_steps, save_steps = t.get("max_steps"), t.get("save_steps", trl_fields.default("save_steps"))
+    if isinstance(max_steps, int) and max_steps > 0 and isinstance(save_steps, (int, float)) and save_steps >= 1 and save_steps > max_steps:
+        out.append(f"spec.training.saveSteps ({save_steps}) > maxSteps ({max_steps}): no checkpoint before the end, so a failure restarts from step 0.")
+    return out
+
+
+def valid_namespace(namespace: Any) -> bool:
+    return isinstance(namespace, str) and len(namespace) <= 63 and DNS1123_LABEL.match(namespace) is not None
+
+
+def namespace_problem(namespace: Any) -> str:
+    return (f"{_short(namespace)} is not a valid namespace: lowercase letters, digits and '-', starting and ending "
+            "with a letter or digit, at most 63 characters")
+
+
+def validate_spec(name: str, spec_doc: Any) -> ValidationResult:
+    """Validate a spec (the dict under .spec) for a job called `name`."""
+    res = ValidationResult()
+    if not isinstance(spec_doc, dict):
+        res.errors.append(FieldError("spec", f"spec must be a mapping, got {type(spec_doc).__name__}"))
+        return res
+    try:
+        spec = api.GRPOJobSpec.model_validate(spec_doc)
+    except ValidationError as exc:
+        res.errors += _pydantic_errors(exc)
+        return res
+    res.job = api.GRPOJob(metadata=api.ObjectMeta(name=name), spec=spec)
+    topo, terrs = topology.resolve(spec.nodes, spec.resources.limits, spec.resources.requests, spec.nprocPerNode)
+    res.errors += [FieldError(e.field, e.message) for e in terrs]
+    if topo is None:
+        return res
+    res.topology = topo
+    res.errors += _vllm_errors(spec, topo)
+    t = api.training_kwargs(spec.training)
+    br = batch.check(batch_input(spec, topo, t))
+    res.batch = br.breakdown.as_dict() if br.breakdown else None
+    res.errors += [FieldError(i.field, i.full_message()) for i in br.issues]
+    res.warnings = _warnings(spec, topo, t)
+    return res
+
+
+def validate(doc: Any) -> ValidationResult:
+    """Validate a whole GRPOJob object (as applied to the cluster or read from a file)."""
+    if not isinstance(doc, dict):
+        res = ValidationResult(not_a_grpojob=True)
+        res.errors.append(FieldError("", f"expected a GRPOJob mapping, got {type(doc).__name__}"))
+        return res
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if kind != api.KIND or api_version != api.API_VERSION:
+        res = ValidationResult(not_a_grpojob=True)
+        res.errors.append(FieldError("kind" if kind != api.KIND else "apiVersion",
+                                     f"not a GRPOJob: apiVersion {_short(api_version)}, kind {_short(kind)} "
+                                     f"(expected apiVersion: {api.API_VERSION}, kind: {api.KIND})"))
+        return res
+    meta = doc.get("metadata")
+    name_errors = []
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or not name:
+        name_errors.append(FieldError("metadata.name", "required: the job's name"))
+        name = ""
+    elif len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
+        name_errors.append(FieldError("metadata.name",
+                                      f"{_short(name)} is not a valid name: lowercase letters, digits, '-' and '.', "
+                                      "starting and ending with a letter or digit, at most 253 characters"))
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    if namespace is not None and not valid_namespace(namespace):
+        name_errors.append(FieldError("metadata.namespace", namespace_problem(namespace)))
+    if "spec" not in doc:
+        res = ValidationResult(errors=name_errors + [FieldError("spec", "required field is missing")])
+        return res
+    res = validate_spec(name, doc.get("spec"))
+    res.errors = name_errors + res.errors
+    if res.job is not None and isinstance(meta, dict):
+        res.job.metadata = api.ObjectMeta.model_validate({k: v for k, v in meta.items() if isinstance(k, str)})
+    return res

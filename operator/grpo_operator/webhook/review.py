@@ -1,0 +1,111 @@
+"""The admission decision (pure): the very validator behind `grpojob check`, plus the update rules.
+
+webhook.server wires `review()` into kopf and serves it; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from .. import api
+from ..rules import validation
+
+# Spec fields a running job cannot change: its pods were rendered from them (topology, batch, model, data…).
+MUTABLE_FIELDS = {"runPolicy"}
+# Pod placement may change while the job is suspended (no pods exist): what Kueue does on admission.
+MUTABLE_WHILE_SUSPENDED = {"template"}
+WEBHOOK_CONFIG_NAME = "grpo-operator.grpo.dev"
+
+
+@dataclass
+class Review:
+    allowed: bool
+    message: str = ""
+    warnings: list[str] = field(default_factory=list)
+    code: int = 422
+    reason: str = ""  # a denial's first offending field (e.g. spec.training.numGenerations): the metrics label
+
+
+def reason_label(path: str) -> str:
+    """A denial's field as a bounded metrics label: list indices dropped (spec.rewards[2].name → spec.rewards.name),
+    and a name the user made up (an unknown field or training argument) becomes `(unknown)`."""
+    import re
+
+    from ..api import trl_fields
+
+    parts = [p for p in re.sub(r"\[\d+\]", "", path or "").split(".") if p]
+    if not parts:
+        return "(object)"
+    if parts[0] != "spec":
+        return ".".join(parts[:2]) if parts[0] == "metadata" and parts[1:2] in (["name"], ["namespace"], ["labels"]) \
+            else parts[0] if parts[0] in ("metadata", "apiVersion", "kind") else "(unknown)"
+    out, model = ["spec"], api.GRPOJobSpec
+    for p in parts[1:]:
+        if model is api.TrainingSpec:
+            out.append(p if p in trl_fields.by_camel() else "(unknown)")
+            break
+        fields = getattr(model, "model_fields", None)
+        if not fields:
+            break
+        if p not in fields:
+            out.append("(unknown)")
+            break
+        out.append(p)
+        ann = fields[p].annotation
+        model = next((a for a in _models_in(ann)), None)
+    return ".".join(out)
+
+
+def _models_in(annotation: Any) -> Any:
+    import typing
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+    for a in typing.get_args(annotation):
+        yield from _models_in(a)
+
+
+def _format_errors(name: str, res: validation.ValidationResult) -> str:
+    lines = [f"GRPOJob {name!r} is invalid ({len(res.errors)} error{'s' if len(res.errors) != 1 else ''}):"]
+    for e in res.errors:
+        lines.append(f"  * {e.field or '(object)'}: {e.message}")
+    return "\n".join(lines)
+
+
+def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mapping[str, Any]] = None) -> Review:
+    """Admit or deny a GRPOJob CREATE/UPDATE (dicts as in the AdmissionReview)."""
+    if operation not in ("CREATE", "UPDATE") or new is None:
+        return Review(True)
+    doc = {k: new.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in new}
+    name = (new.get("metadata") or {}).get("name") or (new.get("metadata") or {}).get("generateName") or "?"
+    if isinstance(doc.get("metadata"), dict) and not doc["metadata"].get("name") and doc["metadata"].get("generateName"):
+        doc["metadata"] = {**doc["metadata"], "name": doc["metadata"]["generateName"].rstrip("-.") or "job"}
+    res = validation.validate(doc)
+    if not res.valid:
+        return Review(False, _format_errors(str(name), res), list(res.warnings),
+                      reason=reason_label(res.errors[0].field if res.errors else ""))
+    warnings = [f"spec: {w}" if not w.startswith("spec") else w for w in res.warnings]
+    if operation == "UPDATE" and old is not None:
+        old_doc = {k: old.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in old}
+        old_valid = validation.validate(old_doc).valid
+        if old_valid:  # a Rejected (invalid) job may be fixed freely: it never had pods
+            old_spec = old.get("spec") or {}
+            new_spec = new.get("spec") or {}
+            suspended = bool((old_spec.get("runPolicy") or {}).get("suspend")) and bool(
+                (new_spec.get("runPolicy") or {}).get("suspend"))
+            changed = sorted(k for k in set(old_spec) | set(new_spec)
+                             if old_spec.get(k) != new_spec.get(k) and k not in MUTABLE_FIELDS
+                             and not (suspended and k in MUTABLE_WHILE_SUSPENDED))
+            if changed:
+                fields = ", ".join(f"spec.{k}" for k in changed)
+                hint = " (spec.template may change only while the job is suspended)" if "template" in changed else ""
+                return Review(False,
+                              f"GRPOJob {name!r}: {fields} cannot change on an existing job: its pods, topology and batch "
+                              f"were set up from them{hint}. Only spec.runPolicy (suspend, backoffLimit, "
+                              f"activeDeadlineSeconds, ttlSecondsAfterFinished) and metadata may change. "
+                              f"To change the others, delete the job and create a new one (it resumes from the "
+                              f"checkpoints in spec.output).", warnings, reason=f"spec.{changed[0]}")
+    return Review(True, "", warnings)

@@ -1,0 +1,93 @@
+"""The webhook's I/O: `register()` wires review() into a kopf registry as `kopf.on.validate` for CREATE and UPDATE
+of grpojobs (failurePolicy Fail); `server()` builds the HTTPS endpoint with our certificates.
+
+May import review, certs, api and kopf; nothing from controller or cli (metrics reach it as a callback).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from typing import Any, Callable, Optional
+
+from .. import api
+from . import certs
+from .review import Review, review
+
+log = logging.getLogger("grpo_operator.webhook")
+
+
+def register(registry: Any, on_review: Optional[Callable[[str, Review], None]] = None) -> None:
+    """`on_review(operation, review)` is called for every review (the controller counts them in its metrics)."""
+    import kopf
+
+    @kopf.on.validate(api.GROUP, api.VERSION, api.PLURAL, id="validate", operations=["CREATE", "UPDATE"],
+                      registry=registry)
+    async def validate_grpojob(body: Any, old: Any, new: Any, operation: Optional[str], warnings: list[str], **_: Any) -> None:
+        new_d = dict(new) if new is not None else (dict(body) if body is not None else None)
+        old_d = dict(old) if old is not None else None
+        r = review(operation or "", new_d, old_d)
+        if on_review is not None:
+            on_review(operation or "", r)
+        warnings.extend(r.warnings)
+        if not r.allowed:
+            raise kopf.AdmissionError(r.message, code=r.code)
+
+
+def parse_service(ref: str) -> tuple[str, str, int]:
+    """'NAMESPACE/NAME[:PORT]' → (namespace, name, port); port defaults to 443."""
+    ns, sep, rest = ref.partition("/")
+    name, _, port = rest.partition(":")
+    if not sep or not ns or not name:
+        raise ValueError(f"webhook service must be NAMESPACE/NAME[:PORT], got {ref!r}")
+    return ns, name, int(port or 443)
+
+
+def _service_server_class() -> Any:
+    import kopf
+
+    class ServiceWebhookServer(kopf.WebhookServer):
+        """Registers the webhook by Service reference instead of URL.
+
+        In a cluster the API server often cannot resolve `<svc>.<ns>.svc` (it runs outside the cluster DNS), but it
+        always reaches a Service reference through its own service proxy.
+        """
+
+        def __init__(self, *args: Any, service: tuple[str, str, int], **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.service = service
+
+        async def __call__(self, fn: Any) -> Any:
+            ns, name, port = self.service
+            async for client_config in super().__call__(fn):
+                config = {k: v for k, v in client_config.items() if k != "url"}
+                config["service"] = {"namespace": ns, "name": name, "port": port, "path": self.path or "/"}
+                yield config
+
+    return ServiceWebhookServer
+
+
+def server(addr: str, port: int, host: Optional[str], cert_dir: Optional[str], service: Optional[str] = None) -> Any:
+    """A kopf.WebhookServer on addr:port with our certificates (generated unless `cert_dir`).
+
+    With `service` ('NAMESPACE/NAME[:PORT]') the managed configuration points at that Service instead of a URL.
+    """
+    import kopf
+
+    dial_host = host or (addr if addr not in ("0.0.0.0", "::") else "127.0.0.1")
+    svc = parse_service(service) if service else None
+    names = [dial_host] + ([addr] if addr not in ("0.0.0.0", "::") else [])
+    if svc:
+        ns, name, _ = svc
+        names += [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
+    if cert_dir:
+        files = certs.from_dir(cert_dir)
+    else:
+        tmp = tempfile.mkdtemp(prefix="grpo-webhook-certs-")
+        files = certs.generate(tmp, list(dict.fromkeys(names)))
+        log.info("generated a webhook CA and serving certificate for %s in %s", ", ".join(dict.fromkeys(names)), tmp)
+    kwargs = dict(addr=addr, port=port, host=dial_host, certfile=str(files.certfile),
+                  pkeyfile=str(files.keyfile), cafile=str(files.cafile) if files.cafile else None)
+    if svc:
+        return _service_server_class()(service=svc, **kwargs)
+    return kopf.WebhookServer(**kwargs)
