@@ -1,0 +1,367 @@
+"""`kubectl grpo`: a kubectl plugin (the console script kubectl-grpo) over grpo_operator.client.GRPOClient.
+
+Exit codes: 0 done; 1 an error (one line on stderr: bad flags, invalid spec, no such job, API refused) or, for
+`wait`, the job ended otherwise (Failed, Rejected, or finished in another phase, or deleted); 2 `wait` timed out;
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import re
+import sys
+from typing import Any, Callable, Optional, Sequence
+
+PROG = "kubectl grpo"
+EXAMPLES = """examples:
+  kubectl grpo submit -f job.yaml
+  kubectl grpo list -A
+  kubectl grpo describe qwen-gsm8k
+  kubectl grpo logs qwen-gsm8k -f                 # follows node rank 0 across gang restarts
+  kubectl grpo logs qwen-gsm8k --rank all --tail 20
+  kubectl grpo wait qwen-gsm8k --for Succeeded --timeout 2h
+  kubectl grpo suspend qwen-gsm8k && kubectl grpo resume qwen-gsm8k
+  kubectl grpo delete qwen-gsm8k --wait
+
+exit codes: 0 ok; 1 error, or (wait) the job ended in another phase; 2 (wait) timed out"""
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line and exit 1, like kubectl; never argparse's exit 2 (= timeout)
+        raise UsageError(f"{message} (see '{self.prog} -h')")
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def duration(text: str) -> float:
+    """'90', '90s', '10m', '1h30m', '500ms' → seconds (kubectl's Go duration syntax; a bare number is seconds)."""
+    t = text.strip()
+    try:
+        value = float(t)
+    except ValueError:
+        pos, value = 0, 0.0
+        for m in _DURATION.finditer(t):
+            if m.start() != pos:
+                break
+            value += float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+            pos = m.end()
+        if pos != len(t) or not t:
+            raise argparse.ArgumentTypeError(f"invalid duration {text!r}: use e.g. 30s, 10m, 1h30m") from None
+    if value < 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be a finite time ≥ 0")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be ≥ 0")
+    return v
+
+
+def _rank(text: str) -> Any:
+    return "all" if text == "all" else _nonneg_int(text)
+
+
+def parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    g = common.add_argument_group("global flags")
+    g.add_argument("-n", "--namespace", default=argparse.SUPPRESS, help="namespace (default: the context's)")
+    g.add_argument("-A", "--all-namespaces", action="store_true", default=argparse.SUPPRESS,
+                   help="list: every namespace")
+    g.add_argument("--context", default=argparse.SUPPRESS, help="kube-config context")
+    g.add_argument("--kubeconfig", default=argparse.SUPPRESS, help="kube-config file (default: $KUBECONFIG)")
+    g.add_argument("-o", "--output", choices=("json", "yaml", "wide"), default=argparse.SUPPRESS,
+                   help="output format")
+    p = _Parser(prog=PROG, parents=[common], description="Submit, watch and steer GRPOJobs.", epilog=EXAMPLES,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def cmd(name: str, help_: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], help=help_, description=help_, prog=f"{PROG} {name}")
+
+    s = cmd("submit", "validate a GRPOJob manifest locally (the webhook's validator), then create it")
+    s.add_argument("-f", "--filename", required=True, help="the manifest (one GRPOJob document; - for stdin)")
+    s.add_argument("--name", help="metadata.name (overrides the manifest's)")
+    s.add_argument("--queue", help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
+    cmd("list", "list GRPOJobs: phase, attempt, nodes, step, reward, age").add_argument(
+        "-l", "--selector", help="label selector")
+    cmd("describe", "a job's status, conditions, pods and events").add_argument("name")
+    lg = cmd("logs", "the trainer log of a node rank (follows gang restarts with -f)")
+    lg.add_argument("name")
+    lg.add_argument("-f", "--follow", action="store_true", help="keep following, across gang restarts")
+    lg.add_argument("--rank", type=_rank, default=0,
+                    help="node rank (the N of <job>-node-N, not torch's global rank) or 'all' (default 0)")
+    lg.add_argument("--tail", type=_nonneg_int, help="lines from the end of the log to start with")
+    lg.add_argument("--since", type=duration, help="only lines newer than this (e.g. 10m)")
+    lg.add_argument("--attempt", type=_nonneg_int, help="read this attempt's pod (default: the current one)")
+    lg.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
+    w = cmd("wait", "wait until the job reaches a phase (exit 0), ends otherwise (1) or times out (2)")
+    w.add_argument("name")
+    w.add_argument("--for", dest="phases", required=True,
+                   help="phase(s), comma-separated: Pending, Running, Restarting, Succeeded, Failed, Suspended, "
+                        "Rejected")
+    w.add_argument("--timeout", type=duration, default=600.0, help="default 10m")
+    cmd("suspend", "suspend the job (its pods are deleted; resume continues from the checkpoint)").add_argument("name")
+    cmd("resume", "resume a suspended job").add_argument("name")
+    d = cmd("delete", "delete the job and its pods")
+    d.add_argument("name")
+    d.add_argument("--wait", action="store_true", help="return once the job and its pods are gone")
+    d.add_argument("--timeout", type=duration, default=300.0, help="with --wait (default 5m)")
+    return p
+
+
+# ------------------------------------------------------------------------------------------------ output
+def _age(ts: Optional[str], now: Optional[_dt.datetime] = None) -> str:
+    """kubectl's AGE: 45s, 12m, 5h, 3d."""
+    from grpo_operator.client.types import parse_time
+
+    t = parse_time(ts)
+    if t is None:
+        return "-"
+    secs = max(0, int(((now or _dt.datetime.now(_dt.timezone.utc)) - t).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _dump(data: Any, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(data, indent=2, default=str)
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip()
+
+
+def _reward(job: Any) -> str:
+    r = job.progress.reward if job.progress else None
+    return f"{r:.3f}" if isinstance(r, (int, float)) else "-"
+
+
+def _step(job: Any) -> str:
+    p = job.progress
+    if p is None or p.step is None:
+        return "-"
+    return p.display or (f"{p.step}/{p.max_steps}" if p.max_steps else str(p.step))
+
+
+def list_table(jobs: Sequence[Any], all_namespaces: bool, wide: bool) -> str:
+    head = (["NAMESPACE"] if all_namespaces else []) + ["NAME", "PHASE", "ATTEMPT", "NODES", "STEP", "REWARD", "AGE"]
+    if wide:
+        head += ["TOPOLOGY", "QUEUE", "MESSAGE"]
+    rows = [head]
+    for j in jobs:
+        row = ([j.namespace] if all_namespaces else []) + [j.name, j.phase, str(j.attempt), str(j.nodes), _step(j),
+                                                             _reward(j), _age(j.creation_timestamp)]
+        if wide:
+            row += [j.topology or "-", j.queue or "-", (j.message or "")[:80]]
+        rows.append(row)
+    return _table(rows)
+
+
+def describe_text(job: Any, events: Sequence[Any]) -> str:
+    out = [f"Name:         {job.name}", f"Namespace:    {job.namespace}", f"Phase:        {job.phase}"]
+    if job.message:
+        out.append(f"Message:      {job.message}")
+    waiting = job.waiting_for
+    if waiting:
+        out.append(f"Waiting for:  {waiting}")
+    out += [f"Attempt:      {job.attempt} (gang restarts so far)", f"Nodes:        {job.nodes}"
+            + (f" ({job.topology} nodes×processes)" if job.topology else ""),
+            f"Suspend:      {str(job.suspended).lower()}"]
+    if job.queue:
+        out.append(f"Queue:        {job.queue}")
+    if job.last_failure_reason:
+        out.append(f"Last failure: {job.last_failure_reason}")
+    for label, ts in (("Created", job.creation_timestamp), ("Started", job.start_time),
+                      ("Completed", job.completion_time)):
+        if ts:
+            out.append(f"{label + ':':<13} {ts}")
+    if not job.up_to_date:
+        out.append(f"Note:         status is for generation {job.observed_generation}, spec is at {job.generation}")
+    p = job.progress
+    if p is not None:
+        bits = [f"step {_step(job)}"]
+        if p.reward is not None:
+            bits.append(f"reward {p.reward:.4g}")
+        if p.kl is not None:
+            bits.append(f"kl {p.kl:.4g}")
+        if p.tokens_per_second is not None:
+            bits.append(f"{p.tokens_per_second:.4g} tokens/s")
+        if p.eta_seconds is not None:
+            bits.append(f"eta {int(p.eta_seconds)}s")
+        out.append("Progress:     " + ", ".join(bits))
+    if job.conditions:
+        out.append("Conditions:")
+        rows = [["  TYPE", "STATUS", "REASON", "AGE", "MESSAGE"]]
+        rows += [[f"  {c.type}", c.status, c.reason or "-", _age(c.last_transition_time), c.message[:100]]
+                 for c in job.conditions]
+        out.append(_table(rows))
+    out.append("Pods:" if job.pods else "Pods:         <none>")
+    if job.pods:
+        rows = [["  RANK", "POD", "ATTEMPT", "PHASE", "NODE", "DETAIL"]]
+        for pod in job.pods:
+            rows.append([f"  {pod.rank if pod.rank is not None else pod.role}", pod.name, str(pod.attempt),
+                         pod.phase + (" (deleting)" if pod.deleting else ""), pod.node_name or "-",
+                         pod.detail or "-"])
+        out.append(_table(rows))
+    out.append("Events:" if events else "Events:       <none>")
+    if events:
+        rows = [["  TYPE", "REASON", "AGE", "OBJECT", "MESSAGE"]]
+        for e in events[-20:]:
+            rows.append([f"  {e.type}", e.reason, _age(e.last_time) + (f" (x{e.count})" if e.count > 1 else ""),
+                         f"{e.object_kind.lower()}/{e.object_name}", e.message[:120]])
+        out.append(_table(rows))
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------------ commands
+def _print(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(f"kubectl-grpo: {text}\n")
+    sys.stderr.flush()
+
+
+def run(args: argparse.Namespace, make_client: Callable[..., Any]) -> int:
+    from grpo_operator.client import JobFailed, UnreachableStatus, WaitTimeout
+
+    output = getattr(args, "output", None)
+    all_ns = getattr(args, "all_namespaces", False)
+    if all_ns and args.command != "list":
+        raise UsageError(f"-A/--all-namespaces applies to list only, not {args.command}")
+    if output == "wide" and args.command not in ("list",):
+        raise UsageError("-o wide applies to list only")
+    if output and args.command in ("logs",):
+        raise UsageError("-o does not apply to logs")
+    phases: list[str] = []
+    if args.command == "wait":
+        from grpo_operator.client import PHASES
+
+        phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+        if not phases or any(p not in PHASES for p in phases):
+            raise UsageError(f"--for {args.phases!r}: phases are {', '.join(PHASES)}")
+    client = make_client(namespace=getattr(args, "namespace", None), context=getattr(args, "context", None),
+                         config_file=getattr(args, "kubeconfig", None))
+    cmd = args.command
+    if cmd == "submit":
+        job = client.create_job(args.filename, name=args.name, queue=args.queue)
+        _print(_dump(job.as_dict(), output) if output else f"grpojob.grpo.dev/{job.name} created")
+    elif cmd == "list":
+        jobs = client.list_jobs(all_namespaces=all_ns, label_selector=args.selector)
+        if output in ("json", "yaml"):
+            _print(_dump([j.as_dict() for j in jobs], output))
+        elif not jobs:
+            where = "any namespace" if all_ns else f"namespace {client.namespace}"
+            _err(f"no GRPOJobs found in {where}")
+        else:
+            _print(list_table(jobs, all_ns, output == "wide"))
+    elif cmd == "describe":
+        job = client.get_job(args.name)
+        events = client.get_job_events(args.name)
+        if output:
+            data = job.as_dict()
+            data["events"] = [e.__dict__ for e in events]
+            _print(_dump(data, output))
+        else:
+            _print(describe_text(job, events))
+    elif cmd == "logs":
+        return _logs(client, args)
+    elif cmd == "wait":
+        try:
+            job = client.wait_for_job_status(args.name, set(phases), timeout=args.timeout)
+        except WaitTimeout as exc:
+            _err(f"timed out: {exc}")
+            return 2
+        except (JobFailed, UnreachableStatus) as exc:
+            _err(str(exc))
+            return 1
+        _print(_dump(job.as_dict(), output) if output else f"grpojob.grpo.dev/{job.name} {job.phase}")
+    elif cmd in ("suspend", "resume"):
+        job = (client.suspend_job if cmd == "suspend" else client.resume_job)(args.name)
+        _print(_dump(job.as_dict(), output) if output else f"grpojob.grpo.dev/{job.name} {cmd}d")
+    elif cmd == "delete":
+        client.delete_job(args.name, wait=args.wait, timeout=args.timeout)
+        _print(f"grpojob.grpo.dev/{args.name} deleted")
+    return 0
+
+
+def _logs(client: Any, args: argparse.Namespace) -> int:
+    since = None if args.since is None else max(1, int(args.since + 0.999))
+    kw = dict(follow=args.follow, tail_lines=args.tail, since_seconds=since, attempt=args.attempt)
+    if args.rank == "all":
+        lines = client.follow_all_ranks(args.name, **kw)
+    else:
+        lines = client.follow_job_logs(args.name, args.rank, **kw)
+    first_attach: dict[int, bool] = {}
+    status = 0
+    for line in lines:
+        if line.kind == "attach":
+            if first_attach.get(line.rank):
+                _err(f"rank {line.rank}: gang restart, now following attempt {line.attempt} (pod {line.pod})")
+            first_attach[line.rank] = True
+            continue
+        if line.kind == "error":
+            _err(line.text)
+            status = 1
+            continue
+        text = f"{line.time} {line.text}" if args.timestamps and line.time else line.text
+        sys.stdout.write((f"[rank {line.rank}] {text}" if args.rank == "all" else text) + "\n")
+        sys.stdout.flush()
+    return status
+
+
+def main(argv: Optional[Sequence[str]] = None, make_client: Optional[Callable[..., Any]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser().parse_args(argv)
+        if make_client is None:
+            from grpo_operator.client import GRPOClient
+
+            make_client = GRPOClient
+        return run(args, make_client)
+    except UsageError as exc:
+        _err(f"error: {exc}")
+        return 1
+    except SystemExit as exc:  # -h/--help
+        return exc.code if isinstance(exc.code, int) else 0
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `kubectl grpo logs x | head`
+        try:
+            sys.stdout = open("/dev/null", "w")  # noqa: SIM115 — keeps the interpreter's final flush quiet
+        except OSError:
+            pass
+        return 0
+    except Exception as exc:  # noqa: BLE001 — one line, never a traceback
+        from grpo_operator.client import GRPOClientError
+
+        if isinstance(exc, (GRPOClientError, ValueError)):
+            _err(f"error: {exc}")
+            return 1
+        _err(f"error: unexpected {type(exc).__name__}: {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""What the client takes from the operator's own layers, in one place: phase and condition names (api), pod labels
+and child names (render), the validator (rules). Imported lazily where it pulls pydantic models in."""
+
+from __future__ import annotations
+
+import typing
+
+from .. import api
+from ..render import manifests
+
+GROUP, VERSION, PLURAL, KIND, API_VERSION = api.GROUP, api.VERSION, api.PLURAL, api.KIND, api.API_VERSION
+
+# status.phase values: the Literal of the API model (the CRD's enum comes from the same place).
+_phase_type = api.GRPOJobStatus.model_fields["phase"].annotation
+PHASES: tuple[str, ...] = tuple(a for arg in typing.get_args(_phase_type) for a in typing.get_args(arg))
+(PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED, REJECTED) = (
+    "Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Rejected")
+assert set(PHASES) == {PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED, REJECTED}, PHASES
+# Condition types the operator writes (api.Condition documents them).
+C_CREATED, C_RUNNING, C_RESTARTING, C_SUCCEEDED, C_FAILED, C_SUSPENDED, C_REJECTED, C_UNSCHEDULABLE = (
+    "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Rejected", "Unschedulable")
+
+LABEL_JOB = manifests.LABEL_JOB
+LABEL_ROLE = manifests.LABEL_ROLE
+LABEL_RANK = manifests.LABEL_RANK
+# The attempt is read from the label when pods carry it, else from the annotation of the same key.
+KEY_ATTEMPT = getattr(manifests, "LABEL_ATTEMPT", manifests.ANNOTATION_ATTEMPT)
+ROLE_TRAINER = "trainer"
+TRAINER_CONTAINER = "trainer"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+
+
+def names(job_name: str) -> "manifests.Names":
+    return manifests.names(job_name)
+
+
+def validate(body: typing.Any) -> typing.Any:
+    from ..rules import validation
+
+    return validation.validate(body)
