@@ -10,6 +10,6 @@ from .models import (  # noqa: F401 — the package's public surface
     DNS1123_SUBDOMAIN, LABEL_VALUE, LABEL_KEY_RE, LABEL_VALUE_RE, ENV_NAME, REF_PATTERN, FUNCTION_PATTERN,
     IMAGE_PATTERN, ABS_PATH_PATTERN, BUILTIN_REWARDS, Quantity, DatasetSpec, RewardSpec, ResourceRequirements,
     VllmServerSpec, VllmSpec, OutputSpec, RunPolicy, SecretKeyRef, EnvVar, TemplateMetadata, K8sObject,
-    PodTemplate, TrainingSpec, training_kwargs, GRPOJobSpec, Condition, BatchStatus, ProgressStatus, GRPOJobStatus,
+    PodTemplate, SchedulingSpec, TrainingSpec, training_kwargs, GRPOJobSpec, Condition, BatchStatus, ProgressStatus, GRPOJobStatus,
     ObjectMeta, GRPOJob,
 )

@@ -233,6 +233,38 @@ class PodTemplate(_Model):
     )
 
 
+class SchedulingSpec(_Model):
+    """Gang scheduling without Kueue (docs/scheduling.md). Under Kueue (the job's kueue.x-k8s.io/queue-name label)
+    the pods form a Kueue pod group instead, and this stays unset."""
+
+    gang: Optional[Literal["coscheduling", "volcano"]] = Field(
+        default=None,
+        description="coscheduling: a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1); volcano: a Volcano "
+        "PodGroup (scheduling.volcano.sh/v1beta1) and schedulerName volcano. Absent: no gang scheduling.",
+    )
+    scheduleTimeoutSeconds: Optional[Annotated[StrictInt, Field(ge=1, le=INT32_MAX)]] = Field(
+        default=None, description="coscheduling only: how long the gang's pods wait at Permit for the rest of it."
+    )
+    queue: Optional[Annotated[str, Field(max_length=253, pattern=DNS1123_SUBDOMAIN)]] = Field(
+        default=None, description="volcano only: the Volcano Queue (default: default)."
+    )
+    priorityClassName: Optional[Annotated[str, Field(max_length=253, pattern=DNS1123_SUBDOMAIN)]] = Field(
+        default=None, description="volcano only: the PodGroup's PriorityClass (default: template.priorityClassName)."
+    )
+
+    @model_validator(mode="after")
+    def _fields_of_the_chosen_gang(self) -> "SchedulingSpec":
+        problems = []
+        if self.scheduleTimeoutSeconds is not None and self.gang != "coscheduling":
+            problems.append("scheduleTimeoutSeconds is a coscheduling PodGroup field: set gang: coscheduling or remove it")
+        for name in ("queue", "priorityClassName"):
+            if getattr(self, name) is not None and self.gang != "volcano":
+                problems.append(f"{name} is a Volcano PodGroup field: set gang: volcano or remove it")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
 def _training_field(f: trl_fields.TrlField) -> tuple[Any, Any]:
     kind = f.kind
     if kind == "bool":
@@ -315,6 +347,9 @@ class GRPOJobSpec(_Model):
         default=None, description="Secret holding a Hugging Face token; it reaches the pods as HF_TOKEN by secretKeyRef."
     )
     template: PodTemplate = Field(default_factory=PodTemplate, description="Overrides for the trainer pods.")
+    scheduling: Optional[SchedulingSpec] = Field(
+        default=None, description="Gang scheduling with a PodGroup (coscheduling or Volcano); see docs/scheduling.md."
+    )
 
     @field_validator("training", mode="before")
     @classmethod

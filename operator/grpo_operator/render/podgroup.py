@@ -226,20 +226,11 @@ def decorate_pod(pod: dict[str, Any], job: api.GRPOJob, *, uid: str = "", attemp
 
 
 def scheduling_problems(job: api.GRPOJob) -> list[tuple[str, str]]:
-    """Cross-field rules of spec.scheduling that one field's schema cannot say: (field path, message) pairs."""
-    out: list[tuple[str, str]] = []
-    scheduling = getattr(job.spec, "scheduling", None)
+    """What the schema of spec.scheduling cannot say, as (field path, message) pairs: Kueue and a PodGroup gang
+    are two schedulers' answers to the same question, and the pods can follow only one."""
     gang = gang_of(job)
     if gang is not None and kueue_queue(job) is not None:
-        out.append(("spec.scheduling.gang",
-                    f"gang '{gang}' and the label {g.KUEUE_QUEUE_LABEL} are both set: Kueue admits the pods as one "
-                    "group by itself; remove spec.scheduling.gang, or the label to schedule with a PodGroup"))
-    if scheduling is not None:
-        if scheduling.scheduleTimeoutSeconds is not None and gang != g.GANG_COSCHEDULING:
-            out.append(("spec.scheduling.scheduleTimeoutSeconds",
-                        "only coscheduling's PodGroup has a schedule timeout; set gang: coscheduling or remove it"))
-        for name in ("queue", "priorityClassName"):
-            if getattr(scheduling, name) is not None and gang != g.GANG_VOLCANO:
-                out.append((f"spec.scheduling.{name}",
-                            f"{name} is a Volcano PodGroup field; set gang: volcano or remove it"))
-    return out
+        return [("spec.scheduling.gang",
+                 f"gang '{gang}' and the label {g.KUEUE_QUEUE_LABEL} are both set: Kueue admits the pods as one group "
+                 "by itself; remove spec.scheduling.gang, or remove the label to gang-schedule with a PodGroup")]
+    return []

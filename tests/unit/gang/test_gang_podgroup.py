@@ -1,0 +1,249 @@
+"""Rendered PodGroups and gang pod decorations, checked against the real CRDs of scheduler-plugins and Volcano
+(fixtures/, pinned by commit): JSON-schema validation of spec.versions[].schema.openAPIV3Schema, plus every
+rendered key must exist in the schema (a structural CRD silently prunes unknown fields, so a typo would never be
+rejected by the API server)."""
+
+from __future__ import annotations
+
+import copy
+import re
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from hypothesis import given, settings, strategies as st
+
+from grpo_operator.api import gang as g
+from grpo_operator.render import manifests, podgroup
+from grpo_operator.rules import validation
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CRDS = {g.COSCHEDULING_API_VERSION: "scheduling.x-k8s.io_podgroups.yaml",
+        g.VOLCANO_API_VERSION: "scheduling.volcano.sh_podgroups.yaml"}
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def crd_schema(api_version: str) -> dict[str, Any]:
+    crd = yaml.safe_load((FIXTURES / CRDS[api_version]).read_text())
+    group, version = api_version.split("/")
+    assert crd["spec"]["group"] == group and crd["spec"]["names"]["kind"] == "PodGroup"
+    return next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
+
+
+def unknown_keys(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Keys of `obj` that the structural schema does not declare (metadata is the API server's, not the CRD's)."""
+    out = []
+    if isinstance(obj, dict) and schema.get("type") == "object" and path != ".metadata":
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for k, v in obj.items():
+            if props is not None and k in props:
+                out += unknown_keys(v, props[k], f"{path}.{k}")
+            elif isinstance(extra, dict):
+                out += unknown_keys(v, extra, f"{path}.{k}")
+            elif props is not None:
+                out.append(f"{path}.{k}")
+    return out
+
+
+def check_against_crd(obj: dict[str, Any]) -> None:
+    schema = crd_schema(obj["apiVersion"])
+    jsonschema.Draft7Validator(schema).validate(obj)
+    assert unknown_keys(obj, schema) == []
+
+
+def job_body(name: str = "qwen", *, nodes: int = 2, scheduling: Any = None, labels: Any = None,
+             server: bool = False, **spec_over: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "model": "Qwen/Qwen2.5-0.5B-Instruct", "dataset": {"name": "openai/gsm8k"}, "rewards": [{"name": "accuracy"}],
+        "nodes": nodes, "resources": {"limits": {"nvidia.com/gpu": 4, "cpu": "16", "memory": "64Gi"},
+                                      "requests": {"cpu": "15500m"}},
+        "training": {"perDeviceTrainBatchSize": 2, "numGenerations": 8, "maxSteps": 10},
+    }
+    if server:
+        spec["vllm"] = {"mode": "server", "server": {"resources": {"limits": {"nvidia.com/gpu": 1, "memory": "512Mi"}}}}
+    if scheduling is not None:
+        spec["scheduling"] = scheduling
+    spec.update(spec_over)
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": "0b7e8f3a-1111-2222-3333-444455556666"}
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob", "metadata": meta, "spec": spec}
+
+
+def rendered(body: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+    res = validation.validate(body)
+    assert res.valid, res.summary()
+    objs = manifests.render(res.job, res.topology, "ns", uid=body["metadata"]["uid"])
+    return res.job, [o for o in objs if o["kind"] == "Pod"]
+
+
+@pytest.mark.parametrize("gang, api_version", [("coscheduling", g.COSCHEDULING_API_VERSION),
+                                               ("volcano", g.VOLCANO_API_VERSION)])
+@pytest.mark.parametrize("server", [False, True])
+def test_pod_group_is_valid_for_the_real_crd(gang: str, api_version: str, server: bool) -> None:
+    job, pods = rendered(job_body(scheduling={"gang": gang}, server=server))
+    pg = podgroup.pod_group(job, "ns", pods, uid="0b7e8f3a-1111-2222-3333-444455556666")
+    assert pg is not None and pg["apiVersion"] == api_version
+    check_against_crd(pg)
+    assert pg["metadata"]["name"] == manifests.names("qwen").base == "qwen"
+    assert pg["metadata"]["ownerReferences"] == [{
+        "apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob", "name": "qwen",
+        "uid": "0b7e8f3a-1111-2222-3333-444455556666", "controller": True, "blockOwnerDeletion": True}]
+    # every pod that must start together: 2 trainers (+ the vLLM server)
+    assert pg["spec"]["minMember"] == 2 + server
+    expected = {"cpu": "31", "memory": "128Gi", "nvidia.com/gpu": "8"}  # requests win over limits: 2 × 15.5 cpu
+    if server:
+        expected = {"cpu": "31", "memory": "131584Mi", "nvidia.com/gpu": "9"}  # + 512Mi; the server asks no cpu
+    assert pg["spec"]["minResources"] == expected
+
+
+def test_coscheduling_spec_fields() -> None:
+    job, pods = rendered(job_body(scheduling={"gang": "coscheduling", "scheduleTimeoutSeconds": 600}))
+    pg = podgroup.pod_group(job, "ns", pods, uid="u")
+    check_against_crd(pg)
+    assert pg["spec"]["scheduleTimeoutSeconds"] == 600 and "queue" not in pg["spec"]
+
+
+def test_volcano_spec_fields() -> None:
+    job, pods = rendered(job_body(scheduling={"gang": "volcano", "queue": "research", "priorityClassName": "high"}))
+    pg = podgroup.pod_group(job, "ns", pods, uid="u")
+    check_against_crd(pg)
+    assert pg["spec"]["queue"] == "research" and pg["spec"]["priorityClassName"] == "high"
+    job, pods = rendered(job_body(scheduling={"gang": "volcano"}, template={"priorityClassName": "low"}))
+    pg = podgroup.pod_group(job, "ns", pods, uid="u")
+    assert pg["spec"]["queue"] == "default" and pg["spec"]["priorityClassName"] == "low"
+
+
+def test_no_gang_no_pod_group() -> None:
+    job, pods = rendered(job_body())
+    assert podgroup.pod_group(job, "ns", pods, uid="u") is None
+
+
+def test_the_schema_check_catches_what_the_api_server_would_prune_or_reject() -> None:
+    """The checker is not a rubber stamp: a misspelt key, a wrong type and minMember 0 (coscheduling) all fail."""
+    job, pods = rendered(job_body(scheduling={"gang": "coscheduling"}))
+    pg = podgroup.pod_group(job, "ns", pods, uid="u")
+    typo = copy.deepcopy(pg)
+    typo["spec"]["minMembers"] = 2
+    assert unknown_keys(typo, crd_schema(typo["apiVersion"])) == [".spec.minMembers"]
+    for bad in ({"minMember": "2"}, {"minMember": 0}, {"minResources": {"cpu": "lots"}}):
+        broken = copy.deepcopy(pg)
+        broken["spec"].update(bad)
+        with pytest.raises(jsonschema.ValidationError):
+            check_against_crd(broken)
+
+
+@pytest.mark.parametrize("gang", ["coscheduling", "volcano"])
+def test_pods_point_at_their_pod_group(gang: str) -> None:
+    job, pods = rendered(job_body(scheduling={"gang": gang}, server=True))
+    for pod in pods:
+        podgroup.decorate_pod(pod, job, uid="u")
+        if gang == "coscheduling":
+            assert pod["metadata"]["labels"][g.COSCHEDULING_POD_GROUP_LABEL] == "qwen"
+            assert "schedulerName" not in pod["spec"]  # the user's template decides (scheduler-plugins' profile)
+        else:
+            assert pod["metadata"]["annotations"][g.VOLCANO_GROUP_NAME_ANNOTATION] == "qwen"
+            assert pod["spec"]["schedulerName"] == "volcano"
+        assert not any(k.startswith("kueue.x-k8s.io/pod-group") for k in pod["metadata"]["labels"])
+
+
+def test_volcano_keeps_the_users_scheduler_name() -> None:
+    job, pods = rendered(job_body(scheduling={"gang": "volcano"}, template={"schedulerName": "volcano-gpu"}))
+    assert podgroup.decorate_pod(pods[0], job)["spec"]["schedulerName"] == "volcano-gpu"
+
+
+def test_kueue_pods_form_one_group_and_set_nothing_kueue_owns() -> None:
+    job, pods = rendered(job_body(labels={g.KUEUE_QUEUE_LABEL: "team-a"}, server=True))
+    group = podgroup.kueue_group_name("qwen", "0b7e8f3a-1111-2222-3333-444455556666", 0)
+    for pod in pods:
+        podgroup.decorate_pod(pod, job, group=group, total=len(pods))
+    assert {p["metadata"]["labels"][g.KUEUE_QUEUE_LABEL] for p in pods} == {"team-a"}
+    assert {p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL] for p in pods} == {group}
+    assert {p["metadata"]["annotations"][g.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION] for p in pods} == {"3"}
+    for pod in pods:
+        assert g.KUEUE_MANAGED_LABEL not in pod["metadata"]["labels"]
+        assert not pod["metadata"].get("finalizers") and not pod["spec"].get("schedulingGates")
+        assert g.KUEUE_RETRIABLE_IN_GROUP_ANNOTATION not in pod["metadata"]["annotations"]
+    # Kueue builds one PodSet per "shape" (requests, ports, nodeSelector, affinity, tolerations, ...):
+    # the trainers differ only in env and args, so they are one PodSet of count 2
+    shapes = {shape(p) for p in pods if p["metadata"]["labels"][manifests.LABEL_ROLE] == "trainer"}
+    assert len(shapes) == 1
+
+
+def shape(pod: dict[str, Any]) -> str:
+    """What kueue pkg/util/pod/pod.go SpecShape hashes (v0.19.2): not env, not command."""
+    spec = pod["spec"]
+    keep = {k: spec.get(k) for k in ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "priority",
+                                     "topologySpreadConstraints", "overhead", "resourceClaims")}
+    keep["containers"] = [(c.get("resources"), c.get("ports")) for c in spec["containers"]]
+    return repr(keep)
+
+
+def test_kueue_group_name_examples() -> None:
+    assert podgroup.kueue_group_name("qwen", "0b7e8f3a-1111-2222", 0) == "qwen-0b7e8f3a-a0"
+    assert podgroup.kueue_group_name("qwen", "0b7e8f3a-1111-2222", 12) == "qwen-0b7e8f3a-a12"
+    # an older job of the same name (another uid) never shares a group, nor does another run
+    assert podgroup.kueue_group_name("qwen", "ffff0000", 0) != podgroup.kueue_group_name("qwen", "0b7e8f3a", 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,250}[a-z0-9])?", fullmatch=True),
+       uid=st.uuids().map(str) | st.just(""), attempt=st.integers(0, 10 ** 6))
+def test_kueue_group_name_is_a_valid_label_value_and_subdomain(name: str, uid: str, attempt: int) -> None:
+    group = podgroup.kueue_group_name(name, uid, attempt)
+    assert len(group) <= 63 and DNS1123_SUBDOMAIN.match(group), group
+    assert group.endswith(f"-a{attempt}")
+
+
+@pytest.mark.parametrize("attempt, kueue, expected", [
+    (0, False, "qwen-node-1"), (3, False, "qwen-node-1"), (0, True, "qwen-node-1"), (3, True, "qwen-node-1-a3"),
+])
+def test_pod_names_per_attempt_under_kueue_only(attempt: int, kueue: bool, expected: str) -> None:
+    assert podgroup.pod_name("qwen", 1, attempt, kueue=kueue) == expected
+    assert podgroup.vllm_pod_name("qwen", attempt, kueue=kueue) == expected.replace("node-1", "vllm-0")
+
+
+@pytest.mark.parametrize("values, expected", [
+    (["4", "500m"], "4500m"), (["64Gi", "64Gi"], "128Gi"), (["1G", "500M"], "1500M"), ([4, 4], "8"),
+    (["1.5", "1.5"], "3"), (["100Mi", "1G"], "1104857600"), (["1e3", 1], "1001"), (["0.1m"], "1m"),
+])
+def test_sum_of_quantities(values: list[Any], expected: str) -> None:
+    pods = [{"spec": {"containers": [{"resources": {"requests": {"r": v}}}]}} for v in values]
+    assert podgroup.sum_requests(pods) == {"r": expected}
+
+
+def test_effective_pod_request_counts_init_containers_and_overhead() -> None:
+    pod = {"spec": {"containers": [{"resources": {"limits": {"cpu": "2"}}}, {"resources": {"requests": {"cpu": "1"}}}],
+                    "initContainers": [{"resources": {"requests": {"cpu": "5", "memory": "1Gi"}}}],
+                    "overhead": {"cpu": "250m"}}}
+    assert podgroup.sum_requests([pod]) == {"cpu": "5250m", "memory": "1Gi"}
+    assert podgroup.pod_requests(pod)["cpu"][0] == Decimal("5.25")
+
+
+def test_a_bad_quantity_names_itself() -> None:
+    with pytest.raises(ValueError, match="lots"):
+        podgroup.parse_quantity("lots")
+
+
+def test_kueue_and_a_pod_group_together_are_refused_with_the_fix() -> None:
+    res = validation.validate(job_body(labels={g.KUEUE_QUEUE_LABEL: "lq"}, scheduling={"gang": "volcano"}))
+    assert res.job is not None
+    problems = podgroup.scheduling_problems(res.job)
+    assert [f for f, _ in problems] == ["spec.scheduling.gang"] and "remove" in problems[0][1]
+
+
+@pytest.mark.parametrize("scheduling, field_msg", [
+    ({"gang": "volcano", "scheduleTimeoutSeconds": 5}, "scheduleTimeoutSeconds is a coscheduling PodGroup field"),
+    ({"queue": "q"}, "queue is a Volcano PodGroup field"),
+    ({"gang": "coscheduling", "priorityClassName": "p"}, "priorityClassName is a Volcano PodGroup field"),
+    ({"gang": "kueue"}, "coscheduling"),
+    ({"gang": "volcano", "queue": "Not_A_Name"}, "spec.scheduling.queue: has an invalid format"),
+])
+def test_scheduling_spec_errors(scheduling: dict[str, Any], field_msg: str) -> None:
+    res = validation.validate(job_body(scheduling=scheduling))
+    assert not res.valid
+    assert field_msg in res.summary() and "spec.scheduling" in res.summary()
