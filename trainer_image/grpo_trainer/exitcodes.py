@@ -6,6 +6,9 @@ more (or is killed by a signal) is restarted and resumes from the latest checkpo
 
 from __future__ import annotations
 
+import errno
+import os
+
 OK = 0
 
 # Permanent (1-127): rerunning the same spec fails the same way.
@@ -16,6 +19,7 @@ REWARD = 12  # unknown built-in reward, or a custom reward that cannot be import
 BATCH = 13  # TRL's batch arithmetic rejected the spec at this world size (TRL's own message)
 MODEL = 14  # the model or tokenizer cannot be loaded (no such path/repo, bad files)
 CHECKPOINT = 15  # the checkpoint to resume from exists but cannot be loaded
+STORAGE = 16  # the output directory cannot be written (permissions, read-only or full volume)
 
 # Retryable (>=128). 128+N is "killed by signal N" (143 = SIGTERM, 137 = SIGKILL e.g. the OOM killer).
 SIGNAL_BASE = 128
@@ -32,6 +36,7 @@ PERMANENT = {
     BATCH: "batch size error",
     MODEL: "model error",
     CHECKPOINT: "checkpoint error",
+    STORAGE: "storage error",
 }
 RETRYABLE = {
     PREEMPTED: "preempted (SIGTERM)",
@@ -118,6 +123,25 @@ def classify(exc: BaseException) -> TrainerError | None:
         text = str(exc).lower()
         if any(m in text for m in _DISTRIBUTED_MARKERS):
             return TrainerError(DISTRIBUTED, f"distributed failure: {str(exc).splitlines()[0]}")
+    if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS:
+        return storage_error(exc)
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return TrainerError(TRANSIENT_IO, f"{type(exc).__name__}: {exc}")
     return None
+
+
+_STORAGE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+
+
+def storage_error(exc: OSError, path: str | None = None) -> TrainerError:
+    """A permission/read-only/full-volume error as the one-line storage error, naming the path and the fix."""
+    where = path or exc.filename or "the output directory"
+    ids = f"uid {os.getuid()}, gid {os.getgid()}" if hasattr(os, "getuid") else "this user"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free space on the volume or give spec.output a larger one"
+    elif exc.errno == errno.EROFS:
+        fix = "mount a writable volume at spec.output.path"
+    else:
+        fix = (f"make it writable by the trainer ({ids}): a volume whose driver applies the pod's fsGroup, or "
+               "chown/chmod the hostPath or NFS export to that group")
+    return TrainerError(STORAGE, f"cannot write {where}: {exc.strerror or exc}; {fix}")

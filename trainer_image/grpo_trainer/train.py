@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 from . import data, resume, rewards
 from .config import TrainerConfig, grpo_kwargs
-from .exitcodes import BATCH, CHECKPOINT, CONFIG, PREEMPTED, TrainerError, is_trl_batch_error
+from .exitcodes import (BATCH, CHECKPOINT, CONFIG, PREEMPTED, TrainerError, classify, is_retryable, is_trl_batch_error,
+                        storage_error)
 from .progress import RESULT_PREFIX, ProgressCallback, emit, write_final_progress
 
 
@@ -45,6 +45,62 @@ def _announce_vllm(cfg: TrainerConfig, args, cuda: bool) -> None:
     log(f"generating with vLLM, {args.vllm_mode} mode{target}, on {where}")
 
 
+def check_output_writable(output_dir: str) -> None:
+    """Every process writes to the output directory (rank 0 the model, each rank its RNG state): a volume the pod
+    cannot write is a storage error now, not a PermissionError at the first checkpoint."""
+    probe = os.path.join(output_dir, f".grpo-write-probe-{os.environ.get('RANK', '0')}-{os.getpid()}")
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        with open(probe, "w", encoding="utf-8") as f:
+            f.write("ok\n")
+        os.remove(probe)
+    except OSError as e:
+        raise storage_error(e, output_dir) from None
+
+
+def plain_cpu_device(args) -> None:
+    """Use `cpu`, not `cpu:0`, as the training device on CPU.
+
+    Under torchrun on CPU, accelerate reports the device as `cpu:0`, and transformers 5.17 (the locked version: vLLM 0.31
+    caps it below 5.18) resumes the optimizer with `torch.load(map_location=args.device)` when the world size is
+    above 1, which torch 2.13 refuses ("don't know how to restore data location ... (tagged with cpu:0)"): every resume
+    after a gang restart failed. Both name the same memory; transformers 5.24 stopped passing the device."""
+    import torch
+
+    device = args.device
+    if device.type == "cpu" and device.index is not None:
+        args.__dict__["_setup_devices"] = torch.device("cpu")  # TrainingArguments.device reads this cached property
+
+
+_CHECKPOINT_LOADERS = ("_load_from_checkpoint", "_load_optimizer_and_scheduler", "_load_scaler", "_load_rng_state",
+                       "_load_callback_state")
+
+
+def guard_checkpoint_loading(trainer, checkpoint: str) -> None:
+    """An error while the Trainer loads `checkpoint` (weights, optimizer, scheduler, RNG state) is a checkpoint error
+    (exit 15) whatever its wording; a retryable one (a lost peer, a transient read) keeps its own code."""
+
+    def guarded(load):
+        def call(*a, **kw):
+            try:
+                return load(*a, **kw)
+            except TrainerError:
+                raise
+            except Exception as e:  # noqa: BLE001 - re-raised with the checkpoint's exit code
+                known = classify(e)
+                if known is not None and is_retryable(known.code):
+                    raise
+                text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise TrainerError(CHECKPOINT, f"cannot resume from {checkpoint}: {type(e).__name__}: {text}; delete "
+                                               "that checkpoint directory to resume from an earlier one") from e
+        return call
+
+    for name in _CHECKPOINT_LOADERS:
+        load = getattr(trainer, name, None)
+        if load is not None:
+            setattr(trainer, name, guarded(load))
+
+
 def _world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -68,8 +124,10 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     tokenizer = data.load_tokenizer(cfg.model)
     raw = data.load_dataset(cfg.dataset)
     train_dataset = data.prepare_dataset(raw, cfg.dataset, chat=data.has_chat_template(tokenizer))
+    check_output_writable(cfg.output_dir)
     # 2. GRPOConfig: runs TRL's batch check with the real world size (and initialises the process group).
     args = build_args(kwargs)
+    plain_cpu_device(args)
     # 3. The checkpoint to resume from; a job restarted after it already reached max_steps only re-saves the model
     #    (resuming at max_steps would make transformers train one more step).
     checkpoint = resume.latest_checkpoint(cfg.output_dir)
@@ -109,15 +167,8 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     del model
     if checkpoint:
         log(f"resuming from {checkpoint}")
-    started = time.monotonic()
-    try:
-        trainer.train(resume_from_checkpoint=checkpoint)
-    except (FileNotFoundError, KeyError, RuntimeError) as e:
-        if checkpoint and time.monotonic() - started < 600 and trainer.state.global_step <= resume.step_of(checkpoint) \
-                and "checkpoint" in str(e).lower():
-            raise TrainerError(CHECKPOINT, f"cannot resume from {checkpoint}: {str(e).splitlines()[0]}; "
-                                           "delete that checkpoint directory to resume from an earlier one") from None
-        raise
+        guard_checkpoint_loading(trainer, checkpoint)
+    trainer.train(resume_from_checkpoint=checkpoint)
     if preemption.stopped:
         log(f"SIGTERM: stopped at step {trainer.state.global_step}"
             + (", checkpoint saved" if trainer.state.global_step > 0 else "") + "; exiting 143 (retryable)")
