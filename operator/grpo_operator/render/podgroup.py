@@ -10,7 +10,7 @@ Volcano (pure and deterministic; docs/scheduling.md).
   owned by the job, created before the pods; minMember counts every pod that must start together (the vLLM
   server too) and minResources is the sum of their effective requests.
 
-May import api, rules, render and the standard library.
+May import api and the standard library (render/manifests.py calls it, not the other way round).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import Any, Iterable, Mapping, Optional
 
 from .. import api
 from ..api import gang as g
-from . import manifests
 
 MAX_LABEL_VALUE = 63
 DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -44,32 +43,21 @@ def gang_of(job: api.GRPOJob) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------------------------- names
-def pod_name(job_name: str, rank: int, attempt: int, *, kueue: bool) -> str:
-    """A trainer pod's name. Under Kueue each attempt gets new names (the old pods keep Kueue's finalizer until
-    their replacements exist); otherwise the name is the pod's stable hostname."""
-    stable = manifests.names(job_name).pod(rank)
+def attempt_pod_name(stable: str, attempt: int, *, kueue: bool) -> str:
+    """A pod's name from its stable name (its hostname, e.g. <base>-node-<rank>). Under Kueue each attempt gets new
+    names (the old pods keep Kueue's finalizer until their replacements exist); otherwise the stable name."""
     return f"{stable}-a{attempt}" if kueue and attempt > 0 else stable
 
 
-def vllm_pod_name(job_name: str, attempt: int, *, kueue: bool, index: int = 0) -> str:
-    stable = manifests.names(job_name).vllm_pod(index)
-    return f"{stable}-a{attempt}" if kueue and attempt > 0 else stable
-
-
-def kueue_group_name(job_name: str, uid: str, attempt: int) -> str:
-    """The Kueue pod group (and so Workload) name of the run that starts at `attempt`: unique per job (its uid:
-    a Workload of an older job of the same name is never matched) and per run, a DNS-1123 subdomain of at most
-    63 characters (Kueue's validation). Replacement pods of later attempts of the same run keep this name."""
-    base = manifests.names(job_name).base
-    ident = re.sub(r"[^a-z0-9]", "", (uid or "").lower())[:8] or hashlib.sha256(job_name.encode()).hexdigest()[:8]
+def kueue_group_name(base: str, uid: str, attempt: int) -> str:
+    """The Kueue pod group (and so Workload) name of the run that starts at `attempt` (`base`: the job's child
+    name base): unique per job (its uid: a Workload of an older job of the same name is never matched) and per
+    run, a DNS-1123 subdomain of at most 63 characters (Kueue's validation). Replacement pods of later attempts
+    of the same run keep this name."""
+    ident = re.sub(r"[^a-z0-9]", "", (uid or "").lower())[:8] or hashlib.sha256(base.encode()).hexdigest()[:8]
     suffix = f"-{ident}-a{attempt}"
-    head = base[: MAX_LABEL_VALUE - len(suffix)].rstrip("-")
+    head = re.sub(r"[^a-z0-9-]", "-", base.lower())[: MAX_LABEL_VALUE - len(suffix)].strip("-") or "job"
     return head + suffix
-
-
-def pod_group_name(job_name: str) -> str:
-    """The PodGroup (coscheduling / Volcano) of a job: one per job, named like its headless Service."""
-    return manifests.names(job_name).base
 
 
 # ---------------------------------------------------------------------------------------------- quantities
@@ -166,7 +154,8 @@ def _owner(job_name: str, uid: str) -> list[dict[str, Any]]:
              "controller": True, "blockOwnerDeletion": True}] if uid else []
 
 
-def pod_group(job: api.GRPOJob, namespace: str, pods: list[Mapping[str, Any]], *, uid: str = "") -> Optional[dict[str, Any]]:
+def pod_group(job: api.GRPOJob, pods: list[Mapping[str, Any]], *, name: str, namespace: str,
+              labels: Mapping[str, str], annotations: Mapping[str, str], uid: str = "") -> Optional[dict[str, Any]]:
     """The job's PodGroup for spec.scheduling.gang (None without one). `pods`: the rendered pods of one attempt,
     all of which must start together (trainers and the vLLM server)."""
     gang = gang_of(job)
@@ -174,14 +163,8 @@ def pod_group(job: api.GRPOJob, namespace: str, pods: list[Mapping[str, Any]], *
         return None
     job_name = job.metadata.name or ""
     scheduling = job.spec.scheduling
-    n = manifests.names(job_name)
-    meta: dict[str, Any] = {
-        "name": pod_group_name(job_name),
-        "namespace": namespace,
-        "labels": {"app.kubernetes.io/instance": n.base, "app.kubernetes.io/part-of": "grpo-operator",
-                   "app.kubernetes.io/managed-by": "grpo-operator", manifests.LABEL_JOB: n.base},
-        "annotations": {manifests.ANNOTATION_JOB: job_name},
-    }
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels),
+                            "annotations": dict(annotations)}
     if uid:
         meta["ownerReferences"] = _owner(job_name, uid)
     spec: dict[str, Any] = {"minMember": len(pods)}
@@ -201,24 +184,23 @@ def pod_group(job: api.GRPOJob, namespace: str, pods: list[Mapping[str, Any]], *
     return {"apiVersion": api_version, "kind": g.POD_GROUP_KIND, "metadata": meta, "spec": spec}
 
 
-def decorate_pod(pod: dict[str, Any], job: api.GRPOJob, *, uid: str = "", attempt: int = 0,
-                 group: Optional[str] = None, total: int = 1) -> dict[str, Any]:
+def decorate_pod(pod: dict[str, Any], job: api.GRPOJob, *, pod_group_name: str, kueue_group: str,
+                 total: int) -> dict[str, Any]:
     """Mark one rendered pod (in place, and return it) for its gang: Kueue's pod-group label and total count
-    (`group`: the run's group name, see kueue_group_name), the coscheduling PodGroup label, or Volcano's
-    group annotation and scheduler. Nothing Kueue's webhook adds (gates, finalizer, managed label) is set here:
-    a gate set by us would keep the pods gated forever on a cluster without Kueue."""
+    (`kueue_group`: the run's group, see kueue_group_name), the coscheduling PodGroup label, or Volcano's group
+    annotation and scheduler. Nothing Kueue's webhook adds (gates, finalizer, managed label) is set here: a gate
+    set by us would keep the pods gated forever on a cluster without Kueue."""
     meta = pod.setdefault("metadata", {})
     labels = meta.setdefault("labels", {})
     annotations = meta.setdefault("annotations", {})
-    job_name = job.metadata.name or ""
     if kueue_queue(job) is not None:
-        labels[g.KUEUE_GROUP_NAME_LABEL] = group or kueue_group_name(job_name, uid, attempt)
+        labels[g.KUEUE_GROUP_NAME_LABEL] = kueue_group
         annotations[g.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION] = str(total)
     gang = gang_of(job)
     if gang == g.GANG_COSCHEDULING:
-        labels[g.COSCHEDULING_POD_GROUP_LABEL] = pod_group_name(job_name)
+        labels[g.COSCHEDULING_POD_GROUP_LABEL] = pod_group_name
     elif gang == g.GANG_VOLCANO:
-        annotations[g.VOLCANO_GROUP_NAME_ANNOTATION] = pod_group_name(job_name)
+        annotations[g.VOLCANO_GROUP_NAME_ANNOTATION] = pod_group_name
         spec = pod.setdefault("spec", {})
         if not spec.get("schedulerName"):  # the user's own scheduler name (a second Volcano profile) is kept
             spec["schedulerName"] = g.VOLCANO_SCHEDULER_NAME

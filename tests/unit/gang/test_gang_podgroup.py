@@ -81,12 +81,23 @@ def rendered(body: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
     return res.job, [o for o in objs if o["kind"] == "Pod"]
 
 
+def pod_group(job: Any, pods: list[dict[str, Any]], uid: str = "u") -> Any:
+    base = manifests.names(job.metadata.name).base
+    return podgroup.pod_group(job, pods, name=base, namespace="ns", labels={manifests.LABEL_JOB: base},
+                              annotations={manifests.ANNOTATION_JOB: job.metadata.name}, uid=uid)
+
+
+def decorate(pod: dict[str, Any], job: Any, kueue_group: str = "g", total: int = 1) -> dict[str, Any]:
+    return podgroup.decorate_pod(pod, job, pod_group_name=manifests.names(job.metadata.name).base,
+                                 kueue_group=kueue_group, total=total)
+
+
 @pytest.mark.parametrize("gang, api_version", [("coscheduling", g.COSCHEDULING_API_VERSION),
                                                ("volcano", g.VOLCANO_API_VERSION)])
 @pytest.mark.parametrize("server", [False, True])
 def test_pod_group_is_valid_for_the_real_crd(gang: str, api_version: str, server: bool) -> None:
     job, pods = rendered(job_body(scheduling={"gang": gang}, server=server))
-    pg = podgroup.pod_group(job, "ns", pods, uid="0b7e8f3a-1111-2222-3333-444455556666")
+    pg = pod_group(job, pods, uid="0b7e8f3a-1111-2222-3333-444455556666")
     assert pg is not None and pg["apiVersion"] == api_version
     check_against_crd(pg)
     assert pg["metadata"]["name"] == manifests.names("qwen").base == "qwen"
@@ -103,30 +114,30 @@ def test_pod_group_is_valid_for_the_real_crd(gang: str, api_version: str, server
 
 def test_coscheduling_spec_fields() -> None:
     job, pods = rendered(job_body(scheduling={"gang": "coscheduling", "scheduleTimeoutSeconds": 600}))
-    pg = podgroup.pod_group(job, "ns", pods, uid="u")
+    pg = pod_group(job, pods)
     check_against_crd(pg)
     assert pg["spec"]["scheduleTimeoutSeconds"] == 600 and "queue" not in pg["spec"]
 
 
 def test_volcano_spec_fields() -> None:
     job, pods = rendered(job_body(scheduling={"gang": "volcano", "queue": "research", "priorityClassName": "high"}))
-    pg = podgroup.pod_group(job, "ns", pods, uid="u")
+    pg = pod_group(job, pods)
     check_against_crd(pg)
     assert pg["spec"]["queue"] == "research" and pg["spec"]["priorityClassName"] == "high"
     job, pods = rendered(job_body(scheduling={"gang": "volcano"}, template={"priorityClassName": "low"}))
-    pg = podgroup.pod_group(job, "ns", pods, uid="u")
+    pg = pod_group(job, pods)
     assert pg["spec"]["queue"] == "default" and pg["spec"]["priorityClassName"] == "low"
 
 
 def test_no_gang_no_pod_group() -> None:
     job, pods = rendered(job_body())
-    assert podgroup.pod_group(job, "ns", pods, uid="u") is None
+    assert pod_group(job, pods) is None
 
 
 def test_the_schema_check_catches_what_the_api_server_would_prune_or_reject() -> None:
     """The checker is not a rubber stamp: a misspelt key, a wrong type and minMember 0 (coscheduling) all fail."""
     job, pods = rendered(job_body(scheduling={"gang": "coscheduling"}))
-    pg = podgroup.pod_group(job, "ns", pods, uid="u")
+    pg = pod_group(job, pods)
     typo = copy.deepcopy(pg)
     typo["spec"]["minMembers"] = 2
     assert unknown_keys(typo, crd_schema(typo["apiVersion"])) == [".spec.minMembers"]
@@ -141,7 +152,7 @@ def test_the_schema_check_catches_what_the_api_server_would_prune_or_reject() ->
 def test_pods_point_at_their_pod_group(gang: str) -> None:
     job, pods = rendered(job_body(scheduling={"gang": gang}, server=True))
     for pod in pods:
-        podgroup.decorate_pod(pod, job, uid="u")
+        decorate(pod, job)
         if gang == "coscheduling":
             assert pod["metadata"]["labels"][g.COSCHEDULING_POD_GROUP_LABEL] == "qwen"
             assert "schedulerName" not in pod["spec"]  # the user's template decides (scheduler-plugins' profile)
@@ -153,14 +164,14 @@ def test_pods_point_at_their_pod_group(gang: str) -> None:
 
 def test_volcano_keeps_the_users_scheduler_name() -> None:
     job, pods = rendered(job_body(scheduling={"gang": "volcano"}, template={"schedulerName": "volcano-gpu"}))
-    assert podgroup.decorate_pod(pods[0], job)["spec"]["schedulerName"] == "volcano-gpu"
+    assert decorate(pods[0], job)["spec"]["schedulerName"] == "volcano-gpu"
 
 
 def test_kueue_pods_form_one_group_and_set_nothing_kueue_owns() -> None:
     job, pods = rendered(job_body(labels={g.KUEUE_QUEUE_LABEL: "team-a"}, server=True))
     group = podgroup.kueue_group_name("qwen", "0b7e8f3a-1111-2222-3333-444455556666", 0)
     for pod in pods:
-        podgroup.decorate_pod(pod, job, group=group, total=len(pods))
+        decorate(pod, job, kueue_group=group, total=len(pods))
     assert {p["metadata"]["labels"][g.KUEUE_QUEUE_LABEL] for p in pods} == {"team-a"}
     assert {p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL] for p in pods} == {group}
     assert {p["metadata"]["annotations"][g.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION] for p in pods} == {"3"}
@@ -194,7 +205,7 @@ def test_kueue_group_name_examples() -> None:
 @given(name=st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,250}[a-z0-9])?", fullmatch=True),
        uid=st.uuids().map(str) | st.just(""), attempt=st.integers(0, 10 ** 6))
 def test_kueue_group_name_is_a_valid_label_value_and_subdomain(name: str, uid: str, attempt: int) -> None:
-    group = podgroup.kueue_group_name(name, uid, attempt)
+    group = podgroup.kueue_group_name(manifests.names(name).base, uid, attempt)
     assert len(group) <= 63 and DNS1123_SUBDOMAIN.match(group), group
     assert group.endswith(f"-a{attempt}")
 
@@ -203,8 +214,7 @@ def test_kueue_group_name_is_a_valid_label_value_and_subdomain(name: str, uid: s
     (0, False, "qwen-node-1"), (3, False, "qwen-node-1"), (0, True, "qwen-node-1"), (3, True, "qwen-node-1-a3"),
 ])
 def test_pod_names_per_attempt_under_kueue_only(attempt: int, kueue: bool, expected: str) -> None:
-    assert podgroup.pod_name("qwen", 1, attempt, kueue=kueue) == expected
-    assert podgroup.vllm_pod_name("qwen", attempt, kueue=kueue) == expected.replace("node-1", "vllm-0")
+    assert podgroup.attempt_pod_name("qwen-node-1", attempt, kueue=kueue) == expected
 
 
 @pytest.mark.parametrize("values, expected", [
