@@ -55,7 +55,8 @@ if compgen -G "$RUN/pids/*.pid" >/dev/null || [ -f "$RUN/sysctl.orig" ] \
 fi
 for p in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $KCM_PORT $SCHED_PORT $KUBELET_PORT $KUBELET_HEALTHZ_PORT \
          $PROXY_HEALTHZ_PORT $PROXY_METRICS_PORT; do
-  [ -n "$(ss -Htan "sport = :$p")" ] && die "port $p is in use: $(ss -Htanp "sport = :$p" | head -2)"
+  # (TIME-WAIT of our own last run does not block a listener: the servers set SO_REUSEADDR)
+  [ -n "$(ss -Htan exclude time-wait "sport = :$p")" ] && die "port $p is in use: $(ss -Htanp exclude time-wait "sport = :$p" | head -2)"
 done
 
 # From here on a failure takes down what was started (and exits with the failure's status).
