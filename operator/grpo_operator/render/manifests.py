@@ -29,6 +29,7 @@ LABEL_JOB = "grpo.dev/job-name"
 LABEL_ROLE = "grpo.dev/role"
 LABEL_RANK = "grpo.dev/node-rank"
 ANNOTATION_ATTEMPT = "grpo.dev/attempt"
+LABEL_ATTEMPT = "grpo.dev/attempt"  # the same key as a label too, so that clients can select one attempt's pods
 ANNOTATION_JOB = "grpo.dev/job-full-name"
 PASS_THROUGH_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
 
@@ -241,7 +242,8 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
                 image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
                 metrics_port: int = DEFAULT_METRICS_PORT) -> dict[str, Any]:
     n = names(job.metadata.name or "")
-    labels = {**job.spec.template.metadata.labels, **_labels(job, n, "trainer"), LABEL_RANK: str(rank)}
+    labels = {**job.spec.template.metadata.labels, **_labels(job, n, "trainer"), LABEL_RANK: str(rank),
+              LABEL_ATTEMPT: str(attempt)}
     meta = _meta(n.pod(rank), namespace, labels, job.metadata.name or "", uid)
     meta["annotations"] = {**_scrape_annotations(metrics_port), **job.spec.template.metadata.annotations,
                            **meta["annotations"], ANNOTATION_ATTEMPT: str(attempt)}

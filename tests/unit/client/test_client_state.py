@@ -11,6 +11,7 @@ import pytest
 
 from grpo_operator.client import Job, NodePod, Progress
 from grpo_operator.client.types import phase_of
+from grpo_operator.render import manifests
 
 # ---------------------------------------------------------------------------------------------- phase
 def test_a_job_without_status_is_unknown_not_created(b: Any) -> None:
@@ -117,3 +118,18 @@ def test_the_client_imports_neither_kopf_nor_torch() -> None:
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_rendered_pods_carry_the_attempt_as_a_selectable_label(b: Any) -> None:
+    from grpo_operator.rules import validation
+
+    body = b.job({"phase": "Running"})
+    body["spec"] = {"model": "m", "dataset": {"name": "d"}, "rewards": [{"name": "accuracy"}], "nodes": 2,
+                    "vllm": {"mode": "none"}, "training": {"perDeviceTrainBatchSize": 2, "numGenerations": 4}}
+    res = validation.validate(body)
+    assert res.valid, res.summary()
+    pod = manifests.trainer_pod(res.job, res.topology, "ns", 1, uid=b.uid, attempt=2)
+    assert pod["metadata"]["labels"]["grpo.dev/attempt"] == "2"
+    del pod["metadata"]["annotations"]["grpo.dev/attempt"]  # the label alone is enough for the client
+    node = NodePod.from_dict(pod)
+    assert (node.rank, node.attempt, node.role) == (1, 2, "trainer")
