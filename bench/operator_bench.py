@@ -1,6 +1,6 @@
-"""Operator throughput against a local real API server (kube-apiserver 1.20.2 + etcd, tests/cluster).
+"""Operator throughput against a local real API server (kube-apiserver 1.20.2 + etcd, tests/support/cluster).
 
-    .venv/bin/python bench/operator_bench.py --jobs 1 100 1000 [--nodes 2]
+    .venv/bin/python -m bench.operator_bench --jobs 1 100 1000 [--nodes 2]
 
 For each N, in the same control plane:
   floor     a plain asyncio client creates the same objects (N jobs, then per job ConfigMap, Service,
@@ -29,15 +29,12 @@ from pathlib import Path
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "tests" / "operator"))
+from tests.support.cluster.util import cpu_seconds, rss_bytes
+from tests.support.cluster.controlplane import ControlPlane
+from tests.support.jobs import manifest
 
-from cluster._util import cpu_seconds, rss_bytes  # noqa: E402
-from cluster.controlplane import ControlPlane  # noqa: E402
-from gjhelpers import manifest  # noqa: E402
-
-from grpo_operator.render import manifests  # noqa: E402
-from grpo_operator.rules import validation  # noqa: E402
+from grpo_operator.render import manifests
+from grpo_operator.rules import validation
 
 CONCURRENCY = 64
 

@@ -1,9 +1,9 @@
 """Admission webhook latency over HTTPS: 200 concurrent AdmissionReviews against the real `grpo-operator`
 webhook server (kopf + our validator), valid and invalid jobs mixed.
 
-    .venv/bin/python bench/webhook_bench.py [--concurrency 200] [--requests 4000]
+    .venv/bin/python -m bench.webhook_bench [--concurrency 200] [--requests 4000]
 
-Needs a local API server only because kopf discovers the resource before serving (tests/cluster).
+Needs a local API server only because kopf discovers the resource before serving (tests/support/cluster).
 Goal: p99 ≤ 10 ms.
 """
 
@@ -24,14 +24,11 @@ from pathlib import Path
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "tests" / "operator"))
+from tests.support.cluster.util import free_port
+from tests.support.cluster.controlplane import ControlPlane
+from tests.support.jobs import manifest
 
-from cluster._util import free_port  # noqa: E402
-from cluster.controlplane import ControlPlane  # noqa: E402
-from gjhelpers import manifest  # noqa: E402
-
-from grpo_operator.webhook import certs  # noqa: E402
+from grpo_operator.webhook import certs
 
 
 def review(obj: dict) -> dict:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need on a fresh machine (venv, etcd, kube binaries, helm), then runs them all.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/core -x`.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/unit -x`; tiers: docs/testing.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh

@@ -1,0 +1,26 @@
+"""Shared fixtures (tests/support, as plugins) and the tier markers.
+
+Every test gets the marker of its tier folder — unit, integration or e2e — so one tier runs with either
+`pytest tests/unit` or `pytest -m unit` (docs/testing.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["tests.support.cluster.fixtures", "tests.support.operator", "tests.support.trainer"]
+
+TIERS = ("unit", "integration", "e2e")
+_HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            tier = Path(str(item.path)).resolve().relative_to(_HERE).parts[0]
+        except ValueError:
+            continue
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))

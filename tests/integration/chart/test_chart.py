@@ -1,0 +1,383 @@
+"""The Helm chart: lint and render with helm 3.17 and 4.3, Kubernetes schema validation (1.29–1.37), the values
+schema, and the shape of what it renders (RBAC, webhook modes, peering, security context)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from grpo_operator.api import crd as crdgen
+
+from tests.support.helm import CHART, HELMS, NAMESPACE, REPO, VALUE_SETS, helm, objects, render, template
+
+K8S_VERSIONS = [f"1.{m}" for m in range(29, 38)]
+# Custom resources kubernetes-validate has no schema for: skipped, with the reason.
+SKIP_KINDS = {
+    ("cert-manager.io/v1", "Issuer"): "cert-manager CRD: not in the Kubernetes OpenAPI schemas",
+    ("cert-manager.io/v1", "Certificate"): "cert-manager CRD: not in the Kubernetes OpenAPI schemas",
+    ("kopf.dev/v1", "ClusterKopfPeering"): "kopf peering CRD (charts/grpo-operator/crds/kopf-peering.yaml)",
+    ("kopf.dev/v1", "KopfPeering"): "kopf peering CRD (charts/grpo-operator/crds/kopf-peering.yaml)",
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "prometheus-operator CRD: not in the Kubernetes OpenAPI schemas",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "prometheus-operator CRD: not in the Kubernetes OpenAPI schemas",
+}
+
+
+# ------------------------------------------------------------------------------------------ CRD in sync
+def test_chart_crd_is_the_generated_crd() -> None:
+    chart_crd = (CHART / "crds" / "grpo.dev_grpojobs.yaml").read_bytes()
+    assert chart_crd == (REPO / "crds" / "grpo.dev_grpojobs.yaml").read_bytes(), \
+        "cp crds/grpo.dev_grpojobs.yaml charts/grpo-operator/crds/"
+    assert chart_crd.decode() == crdgen.crd_yaml(), "regenerate: grpojob crd > crds/grpo.dev_grpojobs.yaml"
+
+
+# ------------------------------------------------------------------------------------------ lint / template
+@pytest.mark.parametrize("helm_bin", HELMS)
+def test_lint_strict(helm_bin: str) -> None:
+    for name, values in VALUE_SETS.items():
+        cp = helm(helm_bin, "lint", "--strict", str(CHART), "--namespace", NAMESPACE, values=values, check=False)
+        assert cp.returncode == 0, f"{helm_bin} lint --strict ({name}):\n{cp.stdout}\n{cp.stderr}"
+
+
+@functools.lru_cache(maxsize=None)
+def _rendered(helm_bin: str, name: str) -> str:
+    return template(helm_bin, VALUE_SETS[name])
+
+
+@functools.lru_cache(maxsize=None)
+def _objects(helm_bin: str, name: str) -> list[dict[str, Any]]:
+    return objects(_rendered(helm_bin, name))
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_helm3_and_helm4_render_the_same(name: str) -> None:
+    def key(d: dict[str, Any]) -> tuple[str, str, str]:
+        return (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
+
+    # the same objects (helm 4 orders some kinds differently)
+    assert sorted(_objects("helm3", name), key=key) == sorted(_objects("helm4", name), key=key)
+
+
+@functools.lru_cache(maxsize=None)
+def _validate(doc_json: str, version: str) -> None:
+    kubernetes_validate.validate(json.loads(doc_json), version, strict=True)
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_rendered_objects_pass_kubernetes_validate(version: str) -> None:
+    skipped: dict[str, str] = {}
+    for name in sorted(VALUE_SETS):
+        for doc in _objects("helm3", name):
+            key = (doc["apiVersion"], doc["kind"])
+            if key in SKIP_KINDS:
+                skipped[f"{key[0]} {key[1]}"] = SKIP_KINDS[key]
+                continue
+            try:
+                _validate(json.dumps(doc, sort_keys=True), version)
+            except Exception as exc:  # noqa: BLE001 — name the object and the value set
+                raise AssertionError(f"{name}: {doc['kind']} {doc['metadata'].get('name')} invalid for "
+                                     f"Kubernetes {version}: {exc}") from None
+    assert set(skipped) <= {f"{a} {k}" for a, k in SKIP_KINDS}
+
+
+# ------------------------------------------------------------------------------------------ values schema
+def _walk_schema(node: dict[str, Any], path: str = "") -> Any:
+    for key, sub in (node.get("properties") or {}).items():
+        yield f"{path}.{key}".lstrip("."), sub
+        yield from _walk_schema(sub, f"{path}.{key}")
+
+
+def test_every_value_is_typed_and_described() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    seen = set()
+    for path, node in _walk_schema(schema):
+        seen.add(path)
+        assert node.get("type"), f"{path}: no type"
+        assert node.get("description"), f"{path}: no description"
+
+    def keys(d: Any, prefix: str = "") -> Any:
+        for k, v in d.items():
+            p = f"{prefix}.{k}".lstrip(".")
+            yield p
+            if isinstance(v, dict) and v and p not in ("resources.requests", "resources.limits", "podSecurityContext",
+                                                      "securityContext"):
+                yield from keys(v, p)
+
+    missing = [k for k in keys(values) if k not in seen and not k.startswith(("podSecurityContext.", "securityContext.", "resources."))]
+    assert not missing, f"values.yaml keys without a schema entry: {missing}"
+
+
+BAD_VALUES = [
+    # (--set, words the error must contain)
+    ("replicaCount=0", ["replicaCount"]),
+    ("replicaCount=two", ["replicaCount"]),
+    ("webhook.certificates=vault", ["certificates"]),
+    ("webhook.port=443", ["port"]),
+    ("webhook.failurePolicy=Sometimes", ["failurePolicy"]),
+    ("webhook.timeoutSeconds=60", ["timeoutSeconds"]),
+    ("watch.namespaces={Team_A}", ["namespaces"]),
+    ("image.pullPolicy=Sometimes", ["pullPolicy"]),
+    ("trainerImage=not an image", ["trainerImage"]),
+    ("logging.level=LOUD", ["level"]),
+    ("replicas=2", ["replicas"]),  # a typo of replicaCount: unknown keys are refused
+    ("webhook.certManager.issuerRef.kind=Vault", ["kind"]),
+    ("metrics.port=80", ["port"]),
+    ("metrics.trainerPort=70000", ["trainerPort"]),
+    ("metrics.serviceMonitor.interval=soon", ["interval"]),
+    ("metrics.progressIntervalSeconds=-1", ["progressIntervalSeconds"]),
+    ("lifecycle.forceDeleteAfterSeconds=-5", ["forceDeleteAfterSeconds"]),
+    ("lifecycle.backoffBaseSeconds=soon", ["backoffBaseSeconds"]),
+]
+
+
+@pytest.mark.parametrize("helm_bin", HELMS)
+@pytest.mark.parametrize("setting,words", BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_bad_values_are_refused_by_the_schema(helm_bin: str, setting: str, words: list[str]) -> None:
+    cp = helm(helm_bin, "template", "x", str(CHART), set_args=[setting], check=False)
+    assert cp.returncode != 0, f"{setting} accepted"
+    err = cp.stderr
+    assert "schema" in err.lower(), err
+    for w in words:
+        assert w in err, f"{setting}: {w!r} not in the error:\n{err}"
+
+
+@pytest.mark.parametrize("helm_bin", HELMS)
+def test_ha_with_operator_certificates_is_refused_with_a_reason(helm_bin: str) -> None:
+    cp = helm(helm_bin, "template", "x", str(CHART), set_args=["replicaCount=2"], check=False)
+    assert cp.returncode != 0
+    assert "replicaCount=2 needs webhook.certificates=cert-manager" in cp.stderr, cp.stderr
+
+
+# ------------------------------------------------------------------------------------------ what it renders
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def rules_of(docs: list[dict[str, Any]]) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...], str]]:
+    """(role kind/name@ns, apiGroup, resources, verbs, resourceNames) for every rule."""
+    out = []
+    for d in docs:
+        if d["kind"] in ("Role", "ClusterRole"):
+            where = f"{d['kind']}/{d['metadata']['name']}@{d['metadata'].get('namespace', '')}"
+            for r in d["rules"]:
+                for g in r["apiGroups"]:
+                    out.append((where, g, tuple(r["resources"]), tuple(r["verbs"]), ",".join(r.get("resourceNames", []))))
+    return out
+
+
+def test_no_secret_access_and_no_wildcards_in_any_mode() -> None:
+    for name, values in VALUE_SETS.items():
+        for where, group, resources, verbs, _ in rules_of(render(values)):
+            assert "secrets" not in resources, (name, where)
+            assert "*" not in resources and "*" not in verbs and group != "*", (name, where)
+            assert not {"update", "deletecollection", "escalate", "bind", "impersonate"} & set(verbs), (name, where)
+
+
+def test_default_is_clusterwide_with_operator_managed_webhook() -> None:
+    docs = render()
+    (cr,) = by_kind(docs, "ClusterRole")
+    assert not by_kind(docs, "Role")
+    groups = {(g, r) for _, g, res, _, _ in rules_of(docs) for r in res}
+    assert ("apiextensions.k8s.io", "customresourcedefinitions") in groups
+    assert ("admissionregistration.k8s.io", "validatingwebhookconfigurations") in groups
+    assert not any(g == "kopf.dev" for g, _ in groups)  # no peering with one replica
+    vwc_patch = [r for r in cr["rules"] if r["verbs"] == ["patch"] and "validatingwebhookconfigurations" in r["resources"]]
+    assert vwc_patch[0]["resourceNames"] == ["grpo-grpo-operator.grpo.dev"]
+    (dep,) = by_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GRPO_ALL_NAMESPACES"] == "true" and env["GRPO_WEBHOOK_MANAGE"] == "true"
+    assert env["GRPO_WEBHOOK_HOST"] == "grpo-grpo-operator-webhook.grpo-system.svc"
+    assert env["GRPO_WEBHOOK_SERVICE"] == "grpo-system/grpo-grpo-operator-webhook:9443"
+    assert env["GRPO_WEBHOOK_CONFIG_NAME"] == "grpo-grpo-operator.grpo.dev"
+    assert env["GRPO_TRAINER_IMAGE"] == "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
+    assert "GRPO_PEERING" not in env and dep["spec"]["strategy"]["type"] == "Recreate"
+    assert not by_kind(docs, "ValidatingWebhookConfiguration")  # the operator writes it
+    assert not by_kind(docs, "Certificate")
+
+
+def test_namespaced_mode_has_a_role_per_namespace_and_no_clusterwide_job_access() -> None:
+    docs = render(VALUE_SETS["namespaced"])
+    roles = by_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["team-a", "team-b"]
+    (cr,) = by_kind(docs, "ClusterRole")  # only the webhook configuration (operator-managed)
+    assert {r for rule in cr["rules"] for r in rule["resources"]} == {"validatingwebhookconfigurations",
+                                                                      "mutatingwebhookconfigurations"}
+    (dep,) = by_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GRPO_NAMESPACES"] == "team-a,team-b" and env["GRPO_SCANNING"] == "0"
+    assert "GRPO_ALL_NAMESPACES" not in env
+    cm = render({**VALUE_SETS["namespaced"], "webhook": {"certificates": "cert-manager"}})
+    assert not by_kind(cm, "ClusterRole") and not by_kind(cm, "ClusterRoleBinding")
+    (vwc,) = by_kind(cm, "ValidatingWebhookConfiguration")
+    assert vwc["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-a", "team-b"]
+
+
+def test_cert_manager_mode() -> None:
+    docs = render(VALUE_SETS["cert-manager"])
+    (cert,) = by_kind(docs, "Certificate")
+    (issuer,) = by_kind(docs, "Issuer")
+    assert cert["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"] and "selfSigned" in issuer["spec"]
+    assert "grpo-grpo-operator-webhook.grpo-system.svc" in cert["spec"]["dnsNames"]
+    (vwc,) = by_kind(docs, "ValidatingWebhookConfiguration")
+    assert vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"grpo-system/{cert['metadata']['name']}"
+    hook = vwc["webhooks"][0]
+    assert hook["clientConfig"]["service"] == {"name": "grpo-grpo-operator-webhook", "namespace": "grpo-system",
+                                               "port": 9443, "path": "/validate"}
+    assert hook["rules"][0]["resources"] == ["grpojobs"] and hook["failurePolicy"] == "Fail"
+    (svc,) = [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-webhook")]
+    assert svc["spec"]["ports"][0]["port"] == 9443
+    pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["GRPO_WEBHOOK_CERT_DIR"] == "/etc/grpo-operator/webhook-tls" and "GRPO_WEBHOOK_MANAGE" not in env
+    secret_vols = [v for v in pod["volumes"] if "secret" in v]
+    assert secret_vols[0]["secret"]["secretName"] == cert["spec"]["secretName"]
+    assert not any("validatingwebhookconfigurations" in r for _, _, r, _, _ in rules_of(docs))
+    own = render(VALUE_SETS["cert-manager-issuer"])
+    assert not by_kind(own, "Issuer")
+    assert by_kind(own, "Certificate")[0]["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+
+
+def test_ha_uses_kopf_peering() -> None:
+    docs = render(VALUE_SETS["ha"])
+    (dep,) = by_kind(docs, "Deployment")
+    assert dep["spec"]["replicas"] == 2 and dep["spec"]["strategy"]["type"] == "RollingUpdate"
+    env = {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GRPO_PEERING"]["value"] == "grpo-operator"
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    (peering,) = by_kind(docs, "ClusterKopfPeering")
+    assert peering["metadata"]["name"] == "grpo-operator"
+    peer_rules = [(res, verbs, names) for _, g, res, verbs, names in rules_of(docs) if g == "kopf.dev"]
+    assert peer_rules == [(("clusterkopfpeerings",), ("list", "watch"), ""),
+                          (("clusterkopfpeerings",), ("patch",), "grpo-operator")]
+    ns = render(VALUE_SETS["ha-namespaced"])
+    assert [p["metadata"]["namespace"] for p in by_kind(ns, "KopfPeering")] == ["team-a"]
+    assert any("kopfpeerings" in r for _, _, r, _, _ in rules_of(ns))
+    assert not [s for s in by_kind(ns, "Service") if s["metadata"]["name"].endswith("-webhook")]  # webhook disabled
+
+
+def test_restricted_security_context_probes_and_resources() -> None:
+    for name, values in VALUE_SETS.items():
+        pod = by_kind(render(values), "Deployment")[0]["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+        assert sc["readOnlyRootFilesystem"] is True
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["GRPO_LIVENESS"] == "http://0.0.0.0:8080/healthz"
+        assert c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"], name
+
+
+def test_custom_images() -> None:
+    docs = render(VALUE_SETS["custom-image"])
+    pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["image"] == "registry.example.com/ml/grpo-operator:0.2.0-rc1" and c["imagePullPolicy"] == "Always"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["GRPO_TRAINER_IMAGE"] == "registry.example.com/ml/grpo-trainer:0.2.0-cu124"
+    digest = "sha256:" + "a" * 64
+    c = by_kind(render({"image": {"tag": "@" + digest}}), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == f"ghcr.io/grpo-operator/grpo-operator@{digest}"
+
+
+def test_notes_tell_what_to_do_next() -> None:
+    cp = helm("helm4", "install", "grpo", str(CHART), "--dry-run=client", "--namespace", NAMESPACE)
+    assert "kubectl wait grpojob/<name> --for=condition=Succeeded" in cp.stdout
+    assert "grpojob check" in cp.stdout and "rollout status deployment/grpo-grpo-operator" in cp.stdout
+
+
+def test_examples_kustomization_builds() -> None:
+    from tests.support.cluster.kubectl import kubectl_path
+
+    import subprocess
+
+    out = subprocess.run([str(kubectl_path()), "kustomize", str(REPO / "examples")], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    docs = objects(out.stdout)
+    assert {d["kind"] for d in docs} == {"GRPOJob"}
+    from grpo_operator.rules import validation
+
+    for d in docs:
+        if "invalid" not in d["metadata"]["name"]:
+            assert validation.validate(d).valid, (d["metadata"]["name"], validation.validate(d).summary())
+
+
+# ------------------------------------------------------------------------------------------ metrics
+def _env(dep: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_metrics_port_service_and_no_monitors_by_default() -> None:
+    docs = render()
+    (dep,) = by_kind(docs, "Deployment")
+    env = _env(dep)
+    assert env["GRPO_METRICS_LISTEN"] == "0.0.0.0:8081" and env["GRPO_TRAINER_METRICS_PORT"] == "9400"
+    assert env["GRPO_PROGRESS_INTERVAL_SECONDS"] == "15"
+    ports = {p["name"]: p["containerPort"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert ports["metrics"] == 8081
+    (svc,) = [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-metrics")]
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8081, "targetPort": "metrics", "protocol": "TCP"}]
+    assert not by_kind(docs, "ServiceMonitor") and not by_kind(docs, "PodMonitor")
+    docs = render(VALUE_SETS["no-metrics"])
+    assert "GRPO_METRICS_LISTEN" not in _env(by_kind(docs, "Deployment")[0])
+    assert not [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-metrics")]
+
+
+def test_service_monitor_and_pod_monitor() -> None:
+    docs = render(VALUE_SETS["monitors"])
+    (sm,) = by_kind(docs, "ServiceMonitor")
+    (svc,) = [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-metrics")]
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert all(svc["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+    webhook_svc = [s for s in by_kind(docs, "Service") if s is not svc]
+    assert not any(all(s["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+                   for s in webhook_svc)  # only the metrics Service
+    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    (pm,) = by_kind(docs, "PodMonitor")
+    assert pm["spec"]["namespaceSelector"] == {"any": True}
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics" and pm["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
+    # it selects exactly what the operator renders on trainer pods
+    from grpo_operator.render import manifests
+    from grpo_operator.rules import validation
+
+    job = {"apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob", "metadata": {"name": "j"},
+           "spec": {"model": "m", "dataset": {"name": "d"}, "rewards": [{"name": "accuracy"}],
+                    "resources": {"limits": {"nvidia.com/gpu": 1}}}}
+    res = validation.validate(job)
+    pod = [o for o in manifests.render(res.job, res.topology, "ns") if o["kind"] == "Pod"][0]
+    assert all(pod["metadata"]["labels"].get(k) == v for k, v in pm["spec"]["selector"]["matchLabels"].items())
+    assert "metrics" in {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert _env(by_kind(docs, "Deployment")[0])["GRPO_PROGRESS_INTERVAL_SECONDS"] == "5"
+    docs = render(VALUE_SETS["monitors-namespaced"])
+    (pm,) = by_kind(docs, "PodMonitor")
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+    assert _env(by_kind(docs, "Deployment")[0])["GRPO_TRAINER_METRICS_PORT"] == "0"
+
+
+# ------------------------------------------------------------------------------------------ lifecycle
+@pytest.mark.parametrize("values, force, base, cap", [
+    ({}, "60", "10", "300"),
+    ({"lifecycle": {"forceDeleteAfterSeconds": None, "backoffBaseSeconds": 2.5, "backoffCapSeconds": 60}},
+     "off", "2.5", "60"),
+    ({"lifecycle": {"forceDeleteAfterSeconds": 0}}, "0", "10", "300"),
+])
+def test_lifecycle_values_reach_the_operator(values: dict[str, Any], force: str, base: str, cap: str) -> None:
+    from grpo_operator.controller import handlers
+
+    env = _env(by_kind(render(values), "Deployment")[0])
+    assert (env["GRPO_FORCE_DELETE_AFTER_SECONDS"], env["GRPO_BACKOFF_BASE_SECONDS"],
+            env["GRPO_BACKOFF_CAP_SECONDS"]) == (force, base, cap)
+    policy = handlers.Config.from_env(env).policy  # what the operator makes of them
+    assert policy.force_delete_after == (None if force == "off" else float(force))
+    assert (policy.backoff_base, policy.backoff_cap) == (float(base), float(cap))

@@ -1,0 +1,157 @@
+"""Fixtures and helpers of the operator tests: the CRD on the real control plane (tests/support/cluster), the operator
+as a child process, and a tiny kubelet played through the pods' status subresource. Registered as a pytest plugin
+by tests/conftest.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+
+from tests.support.cluster.kubectl import Kubectl
+from tests.support.cluster.util import ManagedProcess, free_port, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+CRD_FILE = REPO / "crds" / "grpo.dev_grpojobs.yaml"
+
+
+def install_crd(k: Kubectl) -> None:
+    k("apply", "--validate=false", "-f", str(CRD_FILE))
+
+    def established() -> bool:
+        c = k.json("get", "crd", "grpojobs.grpo.dev")
+        return any(x.get("type") == "Established" and x.get("status") == "True"
+                   for x in (c.get("status") or {}).get("conditions") or [])
+
+    wait_until(established, 30, 0.1, what="CRD Established")
+
+
+@pytest.fixture(scope="session")
+def crd(controlplane: Any) -> Any:
+    install_crd(controlplane.kubectl)
+    return controlplane
+
+
+class OperatorProcess:
+    """`grpo-operator` as a real child process (so tests can SIGKILL it)."""
+
+    def __init__(self, kubeconfig: Path, logdir: Path, *args: str, env: Optional[dict[str, str]] = None,
+                 webhook: bool = False):
+        self.webhook_port = free_port() if webhook else None
+        argv = [sys.executable, "-m", "grpo_operator.cli.grpo_operator", *args]
+        if webhook:
+            host = os.environ.get("GRPO_TEST_WEBHOOK_HOST", "127.0.0.1")
+            argv += ["--webhook-listen", f"0.0.0.0:{self.webhook_port}" if host != "127.0.0.1" else f"127.0.0.1:{self.webhook_port}",
+                     "--webhook-host", host, "--webhook-manage"]
+        full_env = {**os.environ, "KUBECONFIG": str(kubeconfig), "GRPO_BACKOFF_BASE_SECONDS": "0.5",
+                    "GRPO_RESYNC_SECONDS": "5", "PYTHONUNBUFFERED": "1", **(env or {})}
+        logdir.mkdir(parents=True, exist_ok=True)
+        self.proc = ManagedProcess("grpo-operator", argv, logdir / "operator.log", env=full_env, cwd=REPO)
+        self.kubectl = Kubectl(kubeconfig)
+        self.webhook = webhook
+
+    def start(self, wait: bool = True) -> "OperatorProcess":
+        self.proc.start()
+        if wait and self.webhook:
+            def ready() -> bool:
+                self.proc.check_alive()
+                vwc = self.kubectl.json("get", "validatingwebhookconfiguration", "grpo-operator.grpo.dev",
+                                        check=False)
+                hooks = (vwc or {}).get("webhooks") or []
+                return bool(hooks) and str(self.webhook_port) in hooks[0]["clientConfig"].get("url", "")
+            wait_until(ready, 60, 0.2, what="operator webhook configuration")
+            time.sleep(0.3)
+        return self
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    def log(self, lines: int = 80) -> str:
+        return self.proc.log_tail(lines)
+
+
+@pytest.fixture(scope="module")
+def operator_process(crd: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    live = free_port()
+    op = OperatorProcess(crd.kubeconfig, tmp_path_factory.mktemp("operator"), "--all-namespaces", "--json-logs",
+                         "--liveness", f"http://127.0.0.1:{live}/healthz", webhook=True,
+                         env={"GRPO_FORCE_DELETE_AFTER_SECONDS": "2"})
+    op.liveness_url = f"http://127.0.0.1:{live}/healthz"
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+# ------------------------------------------------------------------------------------------ kubelet
+def _cstatus(name: str, state: dict[str, Any], ready: bool = False) -> dict[str, Any]:
+    return {"name": name, "ready": ready, "restartCount": 0, "image": "grpo-trainer", "imageID": "", "state": state}
+
+
+NOW = "2030-01-01T00:00:00Z"
+
+
+def pod_running(k: Kubectl, ns: str, pod: str) -> None:
+    k.patch_status("pod", pod, {"phase": "Running", "conditions": [
+        {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+        "containerStatuses": [_cstatus("trainer", {"running": {"startedAt": NOW}}, True)]}, "-n", ns)
+
+
+def pod_exit(k: Kubectl, ns: str, pod: str, code: int, reason: Optional[str] = None,
+             message: Optional[str] = None) -> None:
+    term = {"exitCode": code, "reason": reason or ("Completed" if code == 0 else "Error"), "startedAt": NOW,
+            "finishedAt": NOW}
+    if message:  # what the kubelet copies from /dev/termination-log
+        term["message"] = message
+    k.patch_status("pod", pod, {"phase": "Succeeded" if code == 0 else "Failed",
+                                "containerStatuses": [_cstatus("trainer", {"terminated": term})]}, "-n", ns)
+
+
+def pod_unschedulable(k: Kubectl, ns: str, pod: str, message: str) -> None:
+    k.patch_status("pod", pod, {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                                "message": message}]}, "-n", ns)
+
+
+def get_job(k: Kubectl, ns: str, name: str) -> dict[str, Any]:
+    return k.json("get", "grpojob", name, "-n", ns)
+
+
+def wait_job(k: Kubectl, ns: str, name: str, pred: Callable[[dict[str, Any]], Any], timeout: float = 30,
+             what: str = "job state") -> dict[str, Any]:
+    last: dict[str, Any] = {}
+
+    def check() -> Any:
+        nonlocal last
+        last = get_job(k, ns, name)
+        return last if pred(last.get("status") or {}) else None
+
+    try:
+        return wait_until(check, timeout, 0.2, what=what)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; status now: {json.dumps(last.get('status'), indent=1)}") from None
+
+
+def pods_of(k: Kubectl, ns: str, job: str) -> list[dict[str, Any]]:
+    from grpo_operator.render import manifests
+
+    items = k.json("get", "pods", "-n", ns, "-l", f"{manifests.LABEL_JOB}={manifests.names(job).base}")["items"]
+    return sorted(items, key=lambda p: p["metadata"]["name"])
+
+
+def wait_pods(k: Kubectl, ns: str, job: str, n: int, attempt: int = 0, timeout: float = 30) -> list[dict[str, Any]]:
+    def check() -> Any:
+        items = [p for p in pods_of(k, ns, job) if not p["metadata"].get("deletionTimestamp")]
+        ok = len(items) == n and all(p["metadata"]["annotations"].get("grpo.dev/attempt") == str(attempt) for p in items)
+        return items if ok else None
+
+    return wait_until(check, timeout, 0.2, what=f"{n} pods of {job} at attempt {attempt}")

@@ -1,0 +1,69 @@
+"""The CRD is generated from the models, structural, and the checked-in file matches the generator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from grpo_operator.api import crd
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_checked_in_crd_matches_generator():
+    assert (ROOT / "crds" / "grpo.dev_grpojobs.yaml").read_text() == crd.crd_yaml(), \
+        "regenerate: grpojob crd > crds/grpo.dev_grpojobs.yaml"
+
+
+@pytest.mark.parametrize("version", ["1.29", "1.37"])
+def test_crd_is_a_valid_object(version):
+    kubernetes_validate.validate(crd.crd(), version, strict=True)
+
+
+def _walk(node, path="$"):
+    yield path, node
+    for key, sub in (node.get("properties") or {}).items():
+        yield from _walk(sub, f"{path}.{key}")
+    if isinstance(node.get("items"), dict):
+        yield from _walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from _walk(node["additionalProperties"], f"{path}{{}}")
+
+
+def test_schema_is_structural():
+    schema = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path, node in _walk(schema):
+        for forbidden in ("anyOf", "oneOf", "allOf", "$ref", "default", "title"):
+            assert forbidden not in node, (path, forbidden)
+        if not (node.get("x-kubernetes-preserve-unknown-fields") or node.get("x-kubernetes-int-or-string")):
+            assert "type" in node, path
+    spec = schema["properties"]["spec"]
+    assert set(spec["required"]) == {"model", "dataset", "rewards"}
+    assert spec["properties"]["resources"]["properties"]["limits"]["additionalProperties"]["x-kubernetes-int-or-string"] is True
+    assert "x-kubernetes-preserve-unknown-fields" not in spec  # unknown spec fields are not silently kept
+    training = spec["properties"]["training"]["properties"]
+    assert training["numGenerations"]["type"] == "integer" and training["numGenerations"]["description"]
+    assert len(training) > 150
+    # preserve-unknown-fields only where Kubernetes objects or free-form TRL dicts go
+    preserved = [p for p, n in _walk(schema) if n.get("x-kubernetes-preserve-unknown-fields")]
+    allowed = ("$.spec.template.", "$.spec.training.", "$.status")
+    assert all(p.startswith(allowed) for p in preserved), [p for p in preserved if not p.startswith(allowed)]
+
+
+def test_crd_metadata():
+    c = crd.crd()
+    assert c["metadata"]["name"] == "grpojobs.grpo.dev"
+    names = c["spec"]["names"]
+    assert names["kind"] == "GRPOJob" and names["plural"] == "grpojobs" and names["shortNames"] == ["gj"]
+    assert c["spec"]["scope"] == "Namespaced"
+    v = c["spec"]["versions"][0]
+    assert v["name"] == "v1alpha1" and v["subresources"] == {"status": {}}
+    cols = [col["name"] for col in v["additionalPrinterColumns"]]
+    assert cols[:4] == ["Phase", "Nodes×GPUs", "Step", "Reward"] and cols[-1] == "Age"
+
+
+def test_crd_fits_kubectl_apply_annotation():
+    assert len(yaml.safe_dump(crd.crd())) < 200_000  # kubectl apply keeps a copy in a 256 KiB annotation
