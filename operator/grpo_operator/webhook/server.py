@@ -17,11 +17,32 @@ from .review import Review, review
 log = logging.getLogger("grpo_operator.webhook")
 
 
+HANDLER_ID = "validate"  # kopf serves the handler at <root path>/<id>
+
+
+class RefusalIsNotAnError(logging.Filter):
+    """kopf logs a handler's AdmissionError as "Webhook 'validate' failed permanently: …" at ERROR. A refused spec is
+    the webhook doing its job, not an operator error (alerts on error logs would fire for every user typo): INFO."""
+
+    PREFIX = f"Webhook '{HANDLER_ID}' failed permanently:"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and str(record.msg).startswith(self.PREFIX):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+_REFUSAL_FILTER = RefusalIsNotAnError()
+
+
 def register(registry: Any, on_review: Optional[Callable[[str, Review], None]] = None) -> None:
     """`on_review(operation, review)` is called for every review (the controller counts them in its metrics)."""
     import kopf
 
-    @kopf.on.validate(api.GROUP, api.VERSION, api.PLURAL, id="validate", operations=["CREATE", "UPDATE"],
+    # kopf's per-object logger (a LoggerAdapter over "kopf.objects"): filters on a logger see its own records
+    logging.getLogger("kopf.objects").addFilter(_REFUSAL_FILTER)
+
+    @kopf.on.validate(api.GROUP, api.VERSION, api.PLURAL, id=HANDLER_ID, operations=["CREATE", "UPDATE"],
                       registry=registry)
     async def validate_grpojob(body: Any, old: Any, new: Any, operation: Optional[str], warnings: list[str], **_: Any) -> None:
         new_d = dict(new) if new is not None else (dict(body) if body is not None else None)
@@ -61,7 +82,12 @@ def _service_server_class() -> Any:
             ns, name, port = self.service
             async for client_config in super().__call__(fn):
                 config = {k: v for k, v in client_config.items() if k != "url"}
-                config["service"] = {"namespace": ns, "name": name, "port": port, "path": self.path or "/"}
+                service: dict[str, Any] = {"namespace": ns, "name": name, "port": port}
+                # kopf appends "/<handler id>" to this path: a root of "/" gave "//validate", which the API server
+                # refuses ("segment[0] may not be empty") and the operator crash-looped in the cluster.
+                if self.path and self.path.strip("/"):
+                    service["path"] = "/" + self.path.strip("/")
+                config["service"] = service
                 yield config
 
     return ServiceWebhookServer
