@@ -114,7 +114,9 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     from . import metrics as metrics_mod
 
     metrics = metrics_mod.start(cfg.metrics_port, cfg.job_name, cfg.job_namespace)
-    # 1. Cheap checks first, before any model is loaded: argument names, rewards import, tokenizer, dataset columns.
+    # 1. Cheap checks first, before any model is loaded: the output volume, argument names, rewards import,
+    #    tokenizer, dataset columns.
+    check_output_writable(cfg.output_dir)
     kwargs = grpo_kwargs(cfg, cuda=cuda)
     from trl import GRPOConfig
 
@@ -124,7 +126,6 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     tokenizer = data.load_tokenizer(cfg.model)
     raw = data.load_dataset(cfg.dataset)
     train_dataset = data.prepare_dataset(raw, cfg.dataset, chat=data.has_chat_template(tokenizer))
-    check_output_writable(cfg.output_dir)
     # 2. GRPOConfig: runs TRL's batch check with the real world size (and initialises the process group).
     args = build_args(kwargs)
     plain_cpu_device(args)
