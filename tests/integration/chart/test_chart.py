@@ -30,10 +30,52 @@ SKIP_KINDS = {
 
 # ------------------------------------------------------------------------------------------ CRD in sync
 def test_chart_crd_is_the_generated_crd() -> None:
-    chart_crd = (CHART / "crds" / "grpo.dev_grpojobs.yaml").read_bytes()
+    chart_crd = (CHART / "files" / "grpo.dev_grpojobs.yaml").read_bytes()
     assert chart_crd == (REPO / "crds" / "grpo.dev_grpojobs.yaml").read_bytes(), \
-        "cp crds/grpo.dev_grpojobs.yaml charts/grpo-operator/crds/"
+        "cp crds/grpo.dev_grpojobs.yaml charts/grpo-operator/files/"
     assert chart_crd.decode() == crdgen.crd_yaml(), "regenerate: grpojob crd > crds/grpo.dev_grpojobs.yaml"
+    # a template (templates/crd.yaml), not crds/: helm would install a crds/ copy as well, with the CEL rules
+    assert not (CHART / "crds" / "grpo.dev_grpojobs.yaml").exists()
+
+
+def _without_cel(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_cel(v) for k, v in node.items() if k != "x-kubernetes-validations"}
+    if isinstance(node, list):
+        return [_without_cel(v) for v in node]
+    return node
+
+
+@pytest.mark.parametrize("helm_bin", HELMS)
+@pytest.mark.parametrize("kube_version, cel_rules, with_cel", [
+    ("1.20.2", "auto", False), ("1.24.17", "auto", False), ("1.25.0", "auto", True), ("1.36.0", "auto", True),
+    ("1.36.0", False, False), ("1.20.2", True, True),
+])
+def test_crd_template_has_cel_rules_only_where_the_server_has_cel(helm_bin: str, kube_version: str, cel_rules: Any,
+                                                                   with_cel: bool) -> None:
+    """Kubernetes < 1.25 drops CEL rules and helm 4 refuses the field there: the chart leaves them out (the webhook
+    makes the same checks); otherwise the CRD is exactly the generated one. Kept on uninstall, always."""
+    cp = helm(helm_bin, "template", "grpo", str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version,
+              values={"crds": {"celRules": cel_rules}})
+    (crd,) = by_kind(objects(cp.stdout), "CustomResourceDefinition")
+    generated = yaml.safe_load(crdgen.crd_yaml())
+    expected = generated if with_cel else _without_cel(generated)
+    assert crd["spec"] == expected["spec"]
+    assert ("x-kubernetes-validations" in json.dumps(crd)) is with_cel
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert crd["metadata"]["name"] == "grpojobs.grpo.dev"
+
+
+def test_crd_can_be_left_to_the_user() -> None:
+    assert not by_kind(render({"crds": {"install": False}}), "CustomResourceDefinition")
+    assert by_kind(render(), "CustomResourceDefinition")
+
+
+def test_chart_installs_on_kubernetes_1_20() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.20.0-0"
+    for helm_bin in HELMS:
+        helm(helm_bin, "template", "grpo", str(CHART), "--kube-version", "1.20.2")  # no "incompatible" error
 
 
 # ------------------------------------------------------------------------------------------ lint / template
@@ -197,7 +239,10 @@ def test_default_is_clusterwide_with_operator_managed_webhook() -> None:
     assert env["GRPO_WEBHOOK_CONFIG_NAME"] == "grpo-grpo-operator.grpo.dev"
     assert env["GRPO_TRAINER_IMAGE"] == "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
     assert "GRPO_PEERING" not in env and dep["spec"]["strategy"]["type"] == "Recreate"
-    assert not by_kind(docs, "ValidatingWebhookConfiguration")  # the operator writes it
+    # the chart owns both configurations, empty (helm uninstall deletes them); the operator fills them in
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        (wc,) = by_kind(docs, kind)
+        assert wc["metadata"]["name"] == env["GRPO_WEBHOOK_CONFIG_NAME"] and wc["webhooks"] == []
     assert not by_kind(docs, "Certificate")
 
 
