@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from grpo_operator import lifecycle
+from grpo_operator.api.status import ConditionType
 
 from tests.support.helm import CHART, REPO
 
@@ -39,8 +39,7 @@ def test_gitops_md_carries_the_tested_health_check() -> None:
     assert LUA in doc
     cm = yaml.safe_load((REPO / "examples" / "gitops" / "argocd-cm-patch.yaml").read_text())
     assert cm["data"]["resource.customizations.health.grpo.dev_GRPOJob"] == LUA
-    for cond in lifecycle.C_SUCCEEDED, lifecycle.C_FAILED, lifecycle.C_REJECTED, lifecycle.C_SUSPENDED, \
-            lifecycle.C_RUNNING, lifecycle.C_RESTARTING, lifecycle.C_UNSCHEDULABLE:
+    for cond in set(ConditionType) - {ConditionType.CREATED}:
         assert f'"{cond}"' in LUA and f"`{cond}`" in doc, cond
     assert "--for=condition=Succeeded" in doc and "grpojob check" in doc and "HelmRelease" in doc
 

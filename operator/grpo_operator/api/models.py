@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from . import trl_fields
+from .status import ConditionType, Phase, listing
 
 GROUP = "grpo.dev"
 VERSION = "v1alpha1"
@@ -371,7 +372,7 @@ class GRPOJobSpec(_Model):
 
 
 class Condition(BaseModel):
-    type: str = Field(description="Condition type: Created, Running, Restarting, Succeeded, Failed, Suspended, Rejected, Unschedulable.")
+    type: str = Field(description=f"Condition type: {', '.join(ConditionType)}.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(default="", description="CamelCase reason.")
     message: str = Field(default="", description="Human readable message.")
@@ -405,9 +406,7 @@ class ProgressStatus(BaseModel):
 
 
 class GRPOJobStatus(BaseModel):
-    phase: Optional[Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Rejected"]] = Field(
-        default=None, description="Pending, Running, Restarting, Succeeded, Failed, Suspended or Rejected."
-    )
+    phase: Optional[Phase] = Field(default=None, description=f"{listing(Phase)}.")
     conditions: list[Condition] = Field(default_factory=list, description="Latest observations (Kubernetes API conventions).")
     batch: Optional[BatchStatus] = Field(default=None, description="The batch breakdown the operator validated.")
     progress: Optional[ProgressStatus] = Field(default=None, description="Live training progress reported by global rank 0.")

@@ -37,6 +37,7 @@ import aiohttp
 import kopf
 
 from .. import api
+from ..api.status import TERMINAL, Phase
 from . import events
 from . import kube
 from .. import lifecycle
@@ -403,7 +404,7 @@ class Controller:
                     if carried:
                         self._progress.setdefault(key, ProgressState()).last_write = time.monotonic()
                     new_restarts = int(dec.status.get("restarts") or 0)
-                    if dec.status.get("phase") == lifecycle.RESTARTING and new_restarts > int(old.get("restarts") or 0):
+                    if dec.status.get("phase") == Phase.RESTARTING and new_restarts > int(old.get("restarts") or 0):
                         opmetrics.RESTARTS.labels(reason=str(dec.status.get("lastFailureReason") or "Unknown")).inc()
                     if isinstance(resp, dict) and (resp.get("metadata") or {}).get("uid") == uid:
                         self.observe_job(resp)
@@ -445,7 +446,7 @@ class Controller:
         ps = self._progress.get(key)
         if ps is None or ps.latest is None:
             return False
-        if desired.get("progress") != old.get("progress") or desired.get("phase") in lifecycle.TERMINAL:
+        if desired.get("progress") != old.get("progress") or desired.get("phase") in TERMINAL:
             return False  # a finished job keeps its final progress (from the trainer's result): no late scrape
         wd = progress_mod.decide_write(old.get("progress"), ps.latest,
                                        writing_anyway=lifecycle.status_patch(old, desired) is not None,
@@ -474,7 +475,7 @@ class Controller:
                 log.warning("progress scrape round failed: %s: %s", type(exc).__name__, exc)
 
     async def scrape_running_jobs(self) -> None:
-        keys = [k for k, b in list(self.jobs.items()) if (b.get("status") or {}).get("phase") == lifecycle.RUNNING]
+        keys = [k for k, b in list(self.jobs.items()) if (b.get("status") or {}).get("phase") == Phase.RUNNING]
         if keys:
             sem = asyncio.Semaphore(64)
             await asyncio.gather(*(self._scrape_job(k, sem) for k in keys))

@@ -24,32 +24,16 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional
+from enum import Enum
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from .. import api
+from ..api.status import TERMINAL, ConditionType, Phase, Reason
 from ..render import manifests
-from . import progress
 from ..rules import validation
-
-# ---------------------------------------------------------------------------------------------- constants
-PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED, REJECTED = (
-    "Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Rejected")
-TERMINAL = (SUCCEEDED, FAILED)
-
-# Condition types (status.conditions[].type)
-C_CREATED, C_RUNNING, C_RESTARTING, C_SUCCEEDED, C_FAILED, C_SUSPENDED, C_REJECTED, C_UNSCHEDULABLE = (
-    "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Rejected", "Unschedulable")
-
-ROLE_TRAINER = "trainer"
-ROLE_VLLM = "vllm-server"
-
-# Pod-level reasons (pod.status.reason) that mean "the node/infrastructure went away", all retryable.
-NODE_LOST_REASONS = {"NodeLost", "Shutdown", "Terminated", "NodeShutdown"}
-# Pod-level reasons of a Failed pod that say nothing about the trainer itself: retryable whatever the exit code.
-RETRYABLE_POD_REASONS = {"Evicted", "Preempting", "DeadlineExceeded", "UnexpectedAdmissionError", "NodeAffinity",
-                         "OutOfcpu", "OutOfmemory", "OutOfpods"}
-
-OWNER_KIND = api.KIND
+from . import progress
+from .conditions import clear_condition, fmt_time, get_condition, is_true, parse_time, set_condition
+from .pods import ROLE_TRAINER, Failure, PodInfo, PodPhase, PodSets, as_int, classify
 
 
 @dataclass(frozen=True)
@@ -64,158 +48,6 @@ class Policy:
     force_delete_after: Optional[float] = 60.0
 
 
-# ---------------------------------------------------------------------------------------------- time
-def now_utc() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
-
-
-def fmt_time(t: _dt.datetime) -> str:
-    return t.astimezone(_dt.timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(s: Any) -> Optional[_dt.datetime]:
-    if not isinstance(s, str) or not s:
-        return None
-    try:
-        t = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.timezone.utc)
-    return t
-
-
-# ---------------------------------------------------------------------------------------------- pods
-@dataclass(frozen=True)
-class PodInfo:
-    """What the lifecycle needs to know about one pod (a compact summary, kept in the operator's index)."""
-
-    name: str
-    uid: Optional[str] = None
-    role: str = ROLE_TRAINER
-    rank: Optional[int] = None
-    attempt: int = 0
-    owner_uid: Optional[str] = None
-    owner_kind: Optional[str] = None
-    phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
-    deleting: bool = False
-    deletion_due: Optional[_dt.datetime] = None  # metadata.deletionTimestamp: when the kubelet should be done
-    exit_code: Optional[int] = None
-    signal: Optional[int] = None
-    reason: Optional[str] = None  # pod.status.reason (Evicted, NodeLost, DeadlineExceeded…)
-    container_reason: Optional[str] = None  # the main container's terminated reason (OOMKilled, Error…)
-    message: Optional[str] = None
-    unschedulable: Optional[str] = None  # the scheduler's message when PodScheduled=False/Unschedulable
-    waiting: Optional[str] = None  # a container waiting reason worth surfacing (ImagePullBackOff…)
-    synthetic: bool = False  # created by us a moment ago, not yet seen in the watch
-
-    @property
-    def started(self) -> bool:
-        return self.phase in ("Running", "Succeeded", "Failed", "Unknown")
-
-
-def as_int(value: Any, default: int = 0) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
-    """A pod's body → PodInfo. Tolerates any missing field."""
-    meta = body.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    status = body.get("status") or {}
-    owner_uid = owner_kind = None
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("controller"):
-            owner_uid, owner_kind = ref.get("uid"), ref.get("kind")
-            break
-    else:
-        refs = meta.get("ownerReferences") or []
-        if refs:
-            owner_uid, owner_kind = refs[0].get("uid"), refs[0].get("kind")
-    rank_label = labels.get(manifests.LABEL_RANK)
-    exit_code = sig = None
-    reason = status.get("reason")
-    message = status.get("message")
-    creason = None
-    waiting = None
-    statuses = list(status.get("containerStatuses") or [])
-    main = next((c for c in statuses if c.get("name") in ("trainer", "vllm")), statuses[0] if statuses else None)
-    if main:
-        state = main.get("state") or {}
-        term = state.get("terminated")
-        if term:
-            exit_code = term.get("exitCode")
-            sig = term.get("signal") or None
-            creason = term.get("reason")
-            if term.get("message") and not message:
-                message = term.get("message")
-        wait = state.get("waiting")
-        if wait and wait.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
-            waiting = f"{wait.get('reason')}: {wait.get('message') or ''}".rstrip(": ")
-    unsched = None
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
-            unsched = cond.get("message") or "Unschedulable"
-    return PodInfo(
-        name=meta.get("name", ""),
-        uid=meta.get("uid"),
-        role=labels.get(manifests.LABEL_ROLE, ROLE_TRAINER),
-        rank=as_int(rank_label) if rank_label is not None else None,
-        attempt=as_int(annotations.get(manifests.ANNOTATION_ATTEMPT), 0),
-        owner_uid=owner_uid,
-        owner_kind=owner_kind,
-        phase=status.get("phase") or "Pending",
-        deleting=bool(meta.get("deletionTimestamp")),
-        deletion_due=parse_time(meta.get("deletionTimestamp")),
-        exit_code=exit_code if isinstance(exit_code, int) else None,
-        signal=sig if isinstance(sig, int) else None,
-        reason=reason,
-        container_reason=creason,
-        message=(message or None) and str(message)[:1024],
-        unschedulable=unsched,
-        waiting=waiting,
-    )
-
-
-@dataclass(frozen=True)
-class Failure:
-    retryable: bool
-    reason: str  # CamelCase, for status.lastFailureReason and conditions
-    message: str
-
-
-def classify(pod: PodInfo) -> Optional[Failure]:
-    """None for a pod that has not failed; otherwise whether the failure is worth a gang restart."""
-    if pod.phase == "Unknown" or (pod.reason in NODE_LOST_REASONS and pod.phase != "Succeeded"):
-        return Failure(True, "NodeLost", f"pod {pod.name}: node lost ({pod.reason or 'phase Unknown'})")
-    if pod.phase != "Failed":
-        return None
-    detail = f": {pod.message}" if pod.message else ""
-    if pod.reason in RETRYABLE_POD_REASONS:
-        return Failure(True, pod.reason, f"pod {pod.name} failed ({pod.reason}){detail}")
-    if pod.container_reason == "OOMKilled":
-        return Failure(True, "OOMKilled", f"pod {pod.name} was OOM-killed (exit {pod.exit_code}){detail}")
-    if pod.signal:
-        return Failure(True, f"Signal{pod.signal}", f"pod {pod.name} was killed by signal {pod.signal}{detail}")
-    if pod.exit_code is not None:
-        if pod.exit_code >= 128:
-            return Failure(True, f"ExitCode{pod.exit_code}",
-                           f"pod {pod.name} exited with code {pod.exit_code} (signal {pod.exit_code - 128}; retryable){detail}")
-        if 1 <= pod.exit_code <= 127:
-            return Failure(False, f"ExitCode{pod.exit_code}",
-                           f"pod {pod.name} exited with code {pod.exit_code}: a permanent error (configuration, "
-                           f"data, import or batch); not retried{detail}")
-        if pod.exit_code < 0:
-            return Failure(True, f"ExitCode{pod.exit_code}", f"pod {pod.name} exited with code {pod.exit_code}{detail}")
-    reason = pod.reason or "PodFailed"
-    return Failure(True, reason if reason[:1].isupper() else "PodFailed",
-                   f"pod {pod.name} failed ({reason}){detail}")
-
-
 def backoff_seconds(restarts: int, policy: Policy) -> float:
     """Delay before attempt `restarts` (≥1): base, 2·base, 4·base … capped."""
     if restarts <= 0:
@@ -223,42 +55,6 @@ def backoff_seconds(restarts: int, policy: Policy) -> float:
     return min(policy.backoff_base * (2 ** (restarts - 1)), policy.backoff_cap)
 
 
-# ---------------------------------------------------------------------------------------------- conditions
-def set_condition(conditions: list[dict[str, Any]], ctype: str, status: str, reason: str, message: str,
-                  now: _dt.datetime, generation: Optional[int], *, force_transition: bool = False) -> None:
-    """Upsert a condition in place; lastTransitionTime changes only when status changes (or forced)."""
-    status = {True: "True", False: "False"}.get(status, status)  # type: ignore[call-overload]
-    for cond in conditions:
-        if cond.get("type") == ctype:
-            if cond.get("status") != status or force_transition or not cond.get("lastTransitionTime"):
-                cond["lastTransitionTime"] = fmt_time(now)
-            cond["status"], cond["reason"], cond["message"] = status, reason, message
-            if generation is not None:
-                cond["observedGeneration"] = generation
-            return
-    cond = {"type": ctype, "status": status, "reason": reason, "message": message, "lastTransitionTime": fmt_time(now)}
-    if generation is not None:
-        cond["observedGeneration"] = generation
-    conditions.append(cond)
-
-
-def get_condition(conditions: Iterable[Mapping[str, Any]], ctype: str) -> Optional[Mapping[str, Any]]:
-    return next((c for c in conditions if c.get("type") == ctype), None)
-
-
-def is_true(conditions: Iterable[Mapping[str, Any]], ctype: str) -> bool:
-    c = get_condition(conditions, ctype)
-    return bool(c and c.get("status") == "True")
-
-
-def clear_condition(conditions: list[dict[str, Any]], ctype: str, reason: str, message: str,
-                    now: _dt.datetime, generation: Optional[int]) -> None:
-    """Set an existing condition to False (a missing one stays missing)."""
-    if get_condition(conditions, ctype) is not None:
-        set_condition(conditions, ctype, "False", reason, message, now, generation)
-
-
-# ---------------------------------------------------------------------------------------------- decision
 @dataclass(frozen=True)
 class JobEvent:
     type: str  # Normal | Warning
@@ -330,26 +126,406 @@ BATCH_KEYS = ("worldSize", "nprocPerNode", "generationBatchSize", "stepsPerGener
 
 
 def clean_status(status: dict[str, Any]) -> dict[str, Any]:
-    """Drop None values (the API server would drop them too, and we must compare like with like)."""
-    return {k: v for k, v in status.items() if v is not None}
+    """Drop None values (the API server would drop them too, and we must compare like with like); phases and
+    reasons as plain strings."""
+    return {k: (v.value if isinstance(v, Enum) else v) for k, v in status.items() if v is not None}
 
 
-def _transition_events(old: Mapping[str, Any], new: Mapping[str, Any], dec: Decision) -> None:
+# ---------------------------------------------------------------------------------------------- the decision
+def decide(job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy = Policy()) -> Decision:
+    """The whole reconciliation: what the status should be and what to create/delete.
+
+    A table of contents: every step reads and writes one Draft (the status being built, the decision, the pods
+    sorted once); the first step that settles the job ends the pass.
+    """
+    if job.deleting:
+        return Decision(status=None)  # the garbage collector deletes the children
+    draft = Draft.begin(job, pods, now, policy)
+    steps: tuple[Callable[[Draft], bool], ...] = (
+        reject_invalid,             # an invalid spec: Rejected, no pods (else: clear Rejected, topology, batch)
+        keep_terminal,              # Succeeded/Failed stay; what still runs is deleted; TTL
+        adopt_newest_attempt,       # pods of a newer attempt than status.restarts (a lost write) win
+        suspend,                    # runPolicy.suspend: no pods
+        resume,                     # unsuspended: wait for the suspended pods to be gone
+        enforce_deadline,           # runPolicy.activeDeadlineSeconds
+        delete_other_attempts,      # pods of an older attempt go first
+        note_conflicts,             # our pod names owned by something else
+        restart_or_fail,            # failures of the current attempt: gang restart, or Failed
+        wait_for_previous_attempt,  # the older attempt's pods still exist, or the backoff runs
+        create_pods,                # the current attempt's missing pods
+        phase_from_pods,            # Succeeded / Running / Pending from the current attempt's pods
+    )
+    for step in steps:
+        if step(draft):
+            break
+    return draft.finish()
+
+
+@dataclass
+class Draft:
+    """What the steps of one decide() share: the job, the status being built and the decision."""
+
+    job: JobView
+    now: _dt.datetime
+    policy: Policy
+    status: dict[str, Any]
+    conditions: list[dict[str, Any]]
+    decision: Decision
+    pods: PodSets
+    current: list[PodInfo]  # pods.current, plus the pods this pass creates
+    phase: Optional[str]  # the phase found (None after a cleared Rejected, Pending after a resume)
+
+    @classmethod
+    def begin(cls, job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy) -> "Draft":
+        status: dict[str, Any] = dict(job.status)
+        conditions = [dict(c) for c in job.status.get("conditions") or [] if isinstance(c, dict) and c.get("type")]
+        status["conditions"] = conditions
+        status["observedGeneration"] = job.generation
+        status["restarts"] = as_int(job.status.get("restarts"), 0)
+        sets = PodSets.sort(job.uid, pods, status["restarts"])
+        # an older GRPOJob of the same name (its GC pending) → delete; anything else is a conflict, never touched
+        decision = Decision(status=status, delete_pods=[p.name for p in sets.stale if not p.deleting],
+                            conflicts=[p.name for p in sets.foreign])
+        return cls(job, now, policy, status, conditions, decision, sets, list(sets.current), status.get("phase"))
+
+    # -- the valid spec (every step after reject_invalid)
+    @property
+    def spec(self) -> api.GRPOJobSpec:
+        return self.job.result.job.spec  # type: ignore[union-attr]
+
+    @property
+    def nodes(self) -> int:
+        return self.job.result.topology.nodes  # type: ignore[union-attr]
+
+    @property
+    def expected(self) -> list[str]:
+        return expected_pod_names(self.job.result.job, self.nodes)  # type: ignore[arg-type]
+
+    @property
+    def conflict_names(self) -> set[str]:
+        return {p.name for p in self.pods.foreign}
+
+    @property
+    def any_started(self) -> bool:
+        return any(p.started for p in self.pods.current)
+
+    # -- writing
+    def set(self, ctype: str, status: str, reason: str, message: str, *, force_transition: bool = False) -> None:
+        set_condition(self.conditions, ctype, status, reason, message, self.now, self.job.generation,
+                      force_transition=force_transition)
+
+    def clear(self, ctype: str, reason: str, message: str) -> None:
+        clear_condition(self.conditions, ctype, reason, message, self.now, self.job.generation)
+
+    def is_true(self, ctype: str) -> bool:
+        return is_true(self.conditions, ctype)
+
+    def delete(self, pods: Iterable[PodInfo]) -> None:
+        """Delete these pods (those not already on their way out, each once)."""
+        for p in pods:
+            if p.live and p.name not in self.decision.delete_pods:
+                self.decision.delete_pods.append(p.name)
+
+    def finish(self) -> Decision:
+        self.decision.status = clean_status(self.status)
+        _transition_events(self.job.status, self.decision.status, self.decision)
+        force_stuck(self.pods.ours + self.pods.stale, self.now, self.policy, self.decision)
+        return self.decision
+
+
+def _active(pods: Iterable[PodInfo], keep_succeeded: bool = False) -> list[PodInfo]:
+    """Pods still doing something: finished trainer pods stay for their logs (GC'd with the job), and with
+    `keep_succeeded` every finished pod does."""
+    return [p for p in pods if not (p.phase in PodPhase.FINISHED and (keep_succeeded or p.role == ROLE_TRAINER))]
+
+
+def fail(draft: Draft, reason: str, message: str) -> bool:
+    """The job failed for good: Failed, what still runs deleted, TTL from now."""
+    draft.status["phase"] = Phase.FAILED
+    draft.status["message"] = message
+    draft.status["completionTime"] = fmt_time(draft.now)
+    draft.set(ConditionType.FAILED, "True", reason, message)
+    draft.clear(ConditionType.RUNNING, reason, "the job failed")
+    draft.clear(ConditionType.RESTARTING, reason, "the job failed")
+    draft.delete(_active(draft.pods.ours))
+    ttl = draft.spec.runPolicy.ttlSecondsAfterFinished
+    if ttl is not None:
+        draft.decision.requeue(ttl)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- the steps
+def reject_invalid(draft: Draft) -> bool:
+    """The webhook may be off: an invalid spec is Rejected here too, and has no pods. A valid one clears Rejected and
+    records its topology and batch."""
+    result, status = draft.job.result, draft.status
+    if not result.valid or result.job is None or result.topology is None:
+        message = result.summary() or "invalid GRPOJob"
+        status["phase"] = Phase.REJECTED
+        status["message"] = f"invalid spec: {message}"
+        draft.set(ConditionType.REJECTED, "True", Reason.INVALID_SPEC, message)
+        draft.delete(_active(draft.pods.ours))
+        draft.delete(draft.pods.ours)
+        return True
+    if draft.is_true(ConditionType.REJECTED):
+        draft.set(ConditionType.REJECTED, "False", Reason.SPEC_VALID, "the spec is valid now")
+        if status.get("phase") == Phase.REJECTED:
+            status["phase"] = draft.phase = None
+    status["topology"] = topology_string(result.topology)
+    if result.batch:
+        status["batch"] = {k: result.batch[k] for k in BATCH_KEYS if k in result.batch}
+    return False
+
+
+def keep_terminal(draft: Draft) -> bool:
+    """Succeeded and Failed are final: what still runs is deleted, and the job itself after its TTL."""
+    if draft.phase not in TERMINAL:
+        return False
+    draft.delete(_active(draft.pods.ours, keep_succeeded=True))
+    ttl = draft.spec.runPolicy.ttlSecondsAfterFinished
+    if ttl is not None:
+        status, now = draft.status, draft.now
+        done = parse_time(status.get("completionTime")) or now
+        if status.get("completionTime") is None:
+            status["completionTime"] = fmt_time(now)
+        due = done + _dt.timedelta(seconds=ttl)
+        if now >= due:
+            draft.decision.delete_job = True
+            draft.decision.events.append(JobEvent("Normal", Reason.TTL_EXPIRED,
+                                                  f"deleting the job {ttl}s after it finished"))
+        else:
+            draft.decision.requeue((due - now).total_seconds())
+    return True
+
+
+def adopt_newest_attempt(draft: Draft) -> bool:
+    """status.restarts is the current attempt, unless pods of a newer one prove a lost status write."""
+    draft.status["restarts"] = draft.pods.attempt
+    return False
+
+
+def suspend(draft: Draft) -> bool:
+    """runPolicy.suspend: every pod deleted; the deadline clock restarts on resume."""
+    if not draft.spec.runPolicy.suspend:
+        return False
+    draft.delete(_active(draft.pods.ours))
+    draft.delete(draft.pods.ours)
+    draft.status["phase"] = Phase.SUSPENDED
+    draft.status["message"] = "suspended: pods deleted; unsuspend to resume from the latest checkpoint"
+    draft.status["startTime"] = None
+    draft.set(ConditionType.SUSPENDED, "True", Reason.SUSPENDED, "runPolicy.suspend is true")
+    draft.clear(ConditionType.RUNNING, Reason.SUSPENDED, "the job is suspended")
+    draft.clear(ConditionType.UNSCHEDULABLE, Reason.SUSPENDED, "the job is suspended")
+    return True
+
+
+def resume(draft: Draft) -> bool:
+    """Unsuspended: Pending again, once the suspended pods are gone."""
+    if not (draft.is_true(ConditionType.SUSPENDED) or draft.phase == Phase.SUSPENDED):
+        return False
+    draft.set(ConditionType.SUSPENDED, "False", Reason.RESUMED, "runPolicy.suspend is false")
+    draft.phase = draft.status["phase"] = Phase.PENDING
+    draft.status["message"] = "resumed"
+    return any(p.deleting for p in draft.pods.ours)
+
+
+def enforce_deadline(draft: Draft) -> bool:
+    """runPolicy.activeDeadlineSeconds, counted from status.startTime."""
+    deadline = draft.spec.runPolicy.activeDeadlineSeconds
+    start = parse_time(draft.status.get("startTime"))
+    if deadline is None or start is None:
+        return False
+    due = start + _dt.timedelta(seconds=deadline)
+    if draft.now >= due:
+        return fail(draft, Reason.DEADLINE_EXCEEDED,
+                    f"the job ran longer than runPolicy.activeDeadlineSeconds={deadline}")
+    draft.decision.requeue((due - draft.now).total_seconds())
+    return False
+
+
+def delete_other_attempts(draft: Draft) -> bool:
+    """Pods of an older attempt go first."""
+    draft.delete(draft.pods.other_attempt)
+    return False
+
+
+def note_conflicts(draft: Draft) -> bool:
+    """Objects with our pod names owned by something else: Created=False until the user removes them."""
+    if draft.conflict_names:
+        message = ("objects with this job's pod names exist but are not owned by it: "
+                   + ", ".join(sorted(draft.conflict_names)) + "; delete or rename them")
+        draft.set(ConditionType.CREATED, "False", Reason.CHILD_CONFLICT, message)
+    return False
+
+
+def current_failures(draft: Draft) -> list[Failure]:
+    """What went wrong in the current attempt: failed pods, pods deleted under a running gang, pods gone."""
+    failures: list[Failure] = []
+    for p in draft.pods.current:
+        if p.synthetic:
+            continue
+        if p.deleting:
+            # someone else deletes a pod of a running gang: the gang is broken. Before the gang ran (or
+            # after a resume) a pod on its way out is waited for and then recreated under the same name.
+            if draft.phase == Phase.RUNNING and p.phase != PodPhase.SUCCEEDED:
+                failures.append(Failure(True, Reason.POD_DELETED, f"pod {p.name} was deleted"))
+            continue
+        f = classify(p)
+        if f is not None:
+            if not f.retryable and p.role != ROLE_TRAINER:  # a vLLM server's exit code is not the trainer's contract
+                f = Failure(True, f.reason, f.message + " (vLLM server: retried)")
+            failures.append(f)
+    if draft.any_started and draft.phase in (Phase.RUNNING, Phase.PENDING, None):
+        present = {p.name for p in draft.pods.current}
+        for name in draft.expected:
+            if name not in present and name not in draft.conflict_names:
+                failures.append(Failure(True, Reason.POD_DELETED,
+                                        f"pod {name} disappeared (deleted or its node was lost)"))
+    return failures
+
+
+def restart_or_fail(draft: Draft) -> bool:
+    """A permanent failure fails the job; a retryable one restarts the whole gang after a backoff, up to
+    runPolicy.backoffLimit restarts."""
+    failures = current_failures(draft)
+    if not failures:
+        return False
+    status, limit = draft.status, draft.spec.runPolicy.backoffLimit
+    permanent = [f for f in failures if not f.retryable]
+    first = (permanent or failures)[0]
+    status["lastFailureReason"] = first.reason
+    if permanent:
+        return fail(draft, first.reason, first.message)
+    restarts = status["restarts"]
+    if restarts >= limit:
+        return fail(draft, Reason.BACKOFF_LIMIT_EXCEEDED,
+                    f"{first.message}; runPolicy.backoffLimit={limit} restarts already used")
+    restarts = status["restarts"] = restarts + 1
+    status["phase"] = Phase.RESTARTING
+    delay = backoff_seconds(restarts, draft.policy)
+    status["message"] = f"gang restart {restarts}/{limit} in {delay:g}s: {first.message}"
+    draft.set(ConditionType.RESTARTING, "True", first.reason, status["message"], force_transition=True)
+    draft.clear(ConditionType.RUNNING, first.reason, "restarting all nodes")
+    draft.delete(draft.pods.ours)
+    draft.decision.requeue(delay)
+    return True
+
+
+def wait_for_previous_attempt(draft: Draft) -> bool:
+    """The next attempt starts once the older attempt's pods are gone and the backoff has run out."""
+    if draft.pods.other_attempt:
+        if draft.phase is None:
+            draft.status["phase"] = Phase.PENDING
+        return True
+    if not draft.is_true(ConditionType.RESTARTING) or draft.pods.current:
+        return False
+    since = parse_time((get_condition(draft.conditions, ConditionType.RESTARTING) or {}).get("lastTransitionTime"))
+    due = (since or draft.now) + _dt.timedelta(seconds=backoff_seconds(draft.pods.attempt, draft.policy))
+    if draft.now >= due:
+        return False
+    draft.status["phase"] = Phase.RESTARTING
+    draft.decision.requeue((due - draft.now).total_seconds())
+    return True
+
+
+def create_pods(draft: Draft) -> bool:
+    """The current attempt's missing pods, unless the gang already started (then a missing pod is a failure)."""
+    attempt, expected, conflicts = draft.pods.attempt, draft.expected, draft.conflict_names
+    present = {p.name for p in draft.pods.current}
+    missing = [n for n in expected if n not in present and n not in conflicts]
+    restarting = draft.is_true(ConditionType.RESTARTING)
+    if missing and not draft.any_started:
+        draft.decision.create_attempt = attempt
+        draft.decision.create_pods = missing
+        if draft.status.get("startTime") is None:
+            draft.status["startTime"] = fmt_time(draft.now)
+            deadline = draft.spec.runPolicy.activeDeadlineSeconds
+            if deadline is not None:
+                draft.decision.requeue(deadline)
+        if not conflicts:
+            draft.set(ConditionType.CREATED, "True", Reason.PODS_CREATED, f"attempt {attempt}: {len(expected)} pod(s)")
+        if restarting:
+            draft.set(ConditionType.RESTARTING, "False", Reason.PODS_RECREATED,
+                      f"attempt {attempt} started after {attempt} restart(s)")
+        draft.current += [PodInfo(name=n, attempt=attempt, owner_uid=draft.job.uid, synthetic=True) for n in missing]
+    elif not missing and not conflicts and draft.current:
+        if not draft.is_true(ConditionType.CREATED):
+            draft.set(ConditionType.CREATED, "True", Reason.PODS_CREATED, f"attempt {attempt}: {len(expected)} pod(s)")
+        if restarting:
+            draft.set(ConditionType.RESTARTING, "False", Reason.PODS_RECREATED,
+                      f"attempt {attempt} started after {attempt} restart(s)")
+    return False
+
+
+def phase_from_pods(draft: Draft) -> bool:
+    """Succeeded when every trainer pod succeeded, Running when every pod runs, else Pending (and why)."""
+    status, current, attempt, nodes = draft.status, draft.current, draft.pods.attempt, draft.nodes
+    trainers = [p for p in current if p.role == ROLE_TRAINER]
+    if len(trainers) >= nodes and all(p.phase == PodPhase.SUCCEEDED for p in trainers):
+        status["phase"] = Phase.SUCCEEDED
+        status["completionTime"] = fmt_time(draft.now)
+        status["message"] = f"all {nodes} node(s) succeeded after {attempt} restart(s)"
+        for p in trainers:  # the rank-0 pod's final record: where training really ended
+            final = progress.from_result_message(p.message, status.get("progress"), draft.now.timestamp())
+            if final is not None:
+                status["progress"] = final
+                break
+        draft.set(ConditionType.SUCCEEDED, "True", Reason.ALL_NODES_SUCCEEDED, status["message"])
+        draft.clear(ConditionType.RUNNING, Reason.COMPLETED, "the job completed")
+        draft.clear(ConditionType.UNSCHEDULABLE, Reason.COMPLETED, "the job completed")
+        draft.decision.delete_pods += [p.name for p in current if p.role != ROLE_TRAINER and p.live]
+        ttl = draft.spec.runPolicy.ttlSecondsAfterFinished
+        if ttl is not None:
+            draft.decision.requeue(ttl)
+        return True
+    observed = {p.name for p in draft.pods.current}
+    all_present = all(n in observed for n in draft.expected) and len(current) >= len(draft.expected)
+    all_running = all_present and all(p.phase in (PodPhase.RUNNING, PodPhase.SUCCEEDED) and p.live for p in current)
+    unschedulable = [p for p in current if p.unschedulable]
+    if unschedulable:
+        p = unschedulable[0]
+        draft.set(ConditionType.UNSCHEDULABLE, "True", Reason.UNSCHEDULABLE,
+                  f"{len(unschedulable)} pod(s) unschedulable; {p.name}: {p.unschedulable}")
+    else:
+        draft.clear(ConditionType.UNSCHEDULABLE, Reason.SCHEDULED, "all pods are scheduled")
+    if all_running:
+        status["phase"] = Phase.RUNNING
+        status["message"] = f"{nodes} node(s) running (attempt {attempt})"
+        draft.set(ConditionType.RUNNING, "True", Reason.ALL_NODES_RUNNING, status["message"])
+    else:
+        status["phase"] = Phase.PENDING
+        waiting = [p for p in current if p.waiting]
+        running = sum(1 for p in current if p.phase in (PodPhase.RUNNING, PodPhase.SUCCEEDED))
+        message = f"{running}/{len(draft.expected)} pod(s) running (attempt {attempt})"
+        if unschedulable:
+            message += f"; unschedulable: {unschedulable[0].unschedulable}"
+        elif waiting:
+            message += f"; {waiting[0].name}: {waiting[0].waiting}"
+        status["message"] = message
+        if draft.is_true(ConditionType.RUNNING):
+            draft.set(ConditionType.RUNNING, "False", Reason.PODS_NOT_RUNNING, message)
+    if any(p.synthetic for p in current):
+        draft.decision.requeue(draft.policy.expectation_ttl)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- after every pass
+def _transition_events(old: Mapping[str, Any], new: Mapping[str, Any], decision: Decision) -> None:
     old_phase, new_phase = old.get("phase"), new.get("phase")
     if new_phase != old_phase and new_phase is not None:
-        kind = "Warning" if new_phase in (FAILED, REJECTED, RESTARTING) else "Normal"
-        dec.events.append(JobEvent(kind, new_phase, new.get("message") or new_phase))
+        kind = "Warning" if new_phase in (Phase.FAILED, Phase.REJECTED, Phase.RESTARTING) else "Normal"
+        decision.events.append(JobEvent(kind, str(new_phase), new.get("message") or str(new_phase)))
     old_c = {c.get("type"): c for c in old.get("conditions") or []}
     for c in new.get("conditions") or []:
         o = old_c.get(c["type"])
-        if c["type"] == C_UNSCHEDULABLE and c["status"] == "True" and (o is None or o.get("status") != "True"):
-            dec.events.append(JobEvent("Warning", "Unschedulable", c.get("message", "")))
-        if c["type"] == C_CREATED and c["status"] == "False" and c.get("reason") == "ChildConflict" and (
+        if c["type"] == ConditionType.UNSCHEDULABLE and c["status"] == "True" and (o is None or o.get("status") != "True"):
+            decision.events.append(JobEvent("Warning", Reason.UNSCHEDULABLE, c.get("message", "")))
+        if c["type"] == ConditionType.CREATED and c["status"] == "False" and c.get("reason") == Reason.CHILD_CONFLICT and (
                 o is None or o.get("message") != c.get("message")):
-            dec.events.append(JobEvent("Warning", "ChildConflict", c.get("message", "")))
+            decision.events.append(JobEvent("Warning", Reason.CHILD_CONFLICT, c.get("message", "")))
 
 
-def force_stuck(pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy, dec: Decision) -> None:
+def force_stuck(pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy, decision: Decision) -> None:
     """Pods still terminating `policy.force_delete_after` seconds past their deletionTimestamp are force-deleted
     (their node's kubelet is gone: they would block the gang restart forever); the others are waited for."""
     if policy.force_delete_after is None:
@@ -359,281 +535,11 @@ def force_stuck(pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy, dec:
             continue
         late = (now - p.deletion_due).total_seconds()
         if late >= policy.force_delete_after:
-            dec.force_delete_pods.append((p.name, f"pod {p.name} was still terminating {late:.0f}s after its grace "
-                                                  f"period ended (its node is unreachable?); force-deleted so the "
-                                                  f"job can go on"))
+            decision.force_delete_pods.append((p.name, f"pod {p.name} was still terminating {late:.0f}s after its "
+                                                       f"grace period ended (its node is unreachable?); force-deleted "
+                                                       f"so the job can go on"))
         else:
-            dec.requeue(policy.force_delete_after - late)
-
-
-def decide(job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy = Policy()) -> Decision:
-    """The whole reconciliation: what the status should be and what to create/delete."""
-    old = job.status
-    if job.deleting:
-        return Decision(status=None)
-    st: dict[str, Any] = {k: v for k, v in old.items()}
-    conds: list[dict[str, Any]] = [dict(c) for c in old.get("conditions") or [] if isinstance(c, dict) and c.get("type")]
-    st["conditions"] = conds
-    gen = job.generation
-    st["observedGeneration"] = gen
-    st["restarts"] = as_int(old.get("restarts"), 0)
-    dec = Decision(status=st)
-    pods = list(pods)
-    ours = [p for p in pods if p.owner_uid == job.uid]
-    # pods with our names but another owner: an older GRPOJob of the same name (its GC pending) → delete;
-    # anything else is a conflict we must not touch
-    foreign = [p for p in pods if p.owner_uid != job.uid]
-    stale_incarnation = [p for p in foreign if p.owner_kind == OWNER_KIND and p.owner_uid]
-    conflicts = [p for p in foreign if p not in stale_incarnation]
-    dec.delete_pods += [p.name for p in stale_incarnation if not p.deleting]
-    dec.conflicts = [p.name for p in conflicts]
-
-    def finish() -> Decision:
-        dec.status = clean_status(st)
-        _transition_events(old, dec.status, dec)
-        force_stuck(ours + stale_incarnation, now, policy, dec)
-        return dec
-
-    def delete_active(keep_succeeded: bool = False) -> None:
-        for p in ours:
-            if p.deleting or p.synthetic or p.name in dec.delete_pods:
-                continue
-            if p.phase in ("Succeeded", "Failed") and (keep_succeeded or p.role == ROLE_TRAINER):
-                continue  # finished pods stay for their logs (GC'd with the job)
-            dec.delete_pods.append(p.name)
-
-    # ---- validation (the webhook may be off)
-    res = job.result
-    if not res.valid or res.job is None or res.topology is None:
-        msg = res.summary() or "invalid GRPOJob"
-        st["phase"] = REJECTED
-        st["message"] = f"invalid spec: {msg}"
-        set_condition(conds, C_REJECTED, "True", "InvalidSpec", msg, now, gen)
-        delete_active()
-        for p in ours:
-            if p.name not in dec.delete_pods and not p.deleting and not p.synthetic:
-                dec.delete_pods.append(p.name)
-        return finish()
-    if is_true(conds, C_REJECTED):
-        set_condition(conds, C_REJECTED, "False", "SpecValid", "the spec is valid now", now, gen)
-        if st.get("phase") == REJECTED:
-            st["phase"] = None
-    spec = res.job.spec
-    topo = res.topology
-    st["topology"] = topology_string(topo)
-    if res.batch:
-        st["batch"] = {k: res.batch[k] for k in BATCH_KEYS if k in res.batch}
-    rp = spec.runPolicy
-    phase = st.get("phase")
-
-    # ---- terminal: keep it; clean up what still runs; TTL
-    if phase in TERMINAL:
-        delete_active(keep_succeeded=True)
-        if rp.ttlSecondsAfterFinished is not None:
-            done = parse_time(st.get("completionTime")) or now
-            if st.get("completionTime") is None:
-                st["completionTime"] = fmt_time(now)
-            due = done + _dt.timedelta(seconds=rp.ttlSecondsAfterFinished)
-            if now >= due:
-                dec.delete_job = True
-                dec.events.append(JobEvent("Normal", "TTLExpired",
-                                           f"deleting the job {rp.ttlSecondsAfterFinished}s after it finished"))
-            else:
-                dec.requeue((due - now).total_seconds())
-        return finish()
-
-    def fail(reason: str, message: str) -> Decision:
-        st["phase"] = FAILED
-        st["message"] = message
-        st["completionTime"] = fmt_time(now)
-        set_condition(conds, C_FAILED, "True", reason, message, now, gen)
-        clear_condition(conds, C_RUNNING, reason, "the job failed", now, gen)
-        clear_condition(conds, C_RESTARTING, reason, "the job failed", now, gen)
-        delete_active()
-        if rp.ttlSecondsAfterFinished is not None:
-            dec.requeue(rp.ttlSecondsAfterFinished)
-        return finish()
-
-    # ---- attempts: status.restarts is the current attempt; pods may prove a newer one (lost status write)
-    restarts = st["restarts"]
-    newest = max((p.attempt for p in ours), default=restarts)
-    if newest > restarts:
-        restarts = st["restarts"] = newest
-    current = [p for p in ours if p.attempt == restarts]
-    stale = [p for p in ours if p.attempt < restarts]
-
-    # ---- suspend: no pods; the deadline clock restarts on resume
-    if rp.suspend:
-        delete_active()
-        for p in ours:
-            if p.name not in dec.delete_pods and not p.deleting and not p.synthetic:
-                dec.delete_pods.append(p.name)
-        st["phase"] = SUSPENDED
-        st["message"] = "suspended: pods deleted; unsuspend to resume from the latest checkpoint"
-        st["startTime"] = None
-        set_condition(conds, C_SUSPENDED, "True", "Suspended", "runPolicy.suspend is true", now, gen)
-        clear_condition(conds, C_RUNNING, "Suspended", "the job is suspended", now, gen)
-        clear_condition(conds, C_UNSCHEDULABLE, "Suspended", "the job is suspended", now, gen)
-        return finish()
-    if is_true(conds, C_SUSPENDED) or phase == SUSPENDED:
-        set_condition(conds, C_SUSPENDED, "False", "Resumed", "runPolicy.suspend is false", now, gen)
-        phase = st["phase"] = PENDING
-        st["message"] = "resumed"
-        if any(p.deleting for p in ours):  # the suspended pods are still terminating: wait for them
-            return finish()
-
-    # ---- deadline
-    start = parse_time(st.get("startTime"))
-    if rp.activeDeadlineSeconds is not None and start is not None:
-        due = start + _dt.timedelta(seconds=rp.activeDeadlineSeconds)
-        if now >= due:
-            return fail("DeadlineExceeded",
-                        f"the job ran longer than runPolicy.activeDeadlineSeconds={rp.activeDeadlineSeconds}")
-        dec.requeue((due - now).total_seconds())
-
-    # ---- stale pods (a previous attempt) go first
-    for p in stale:
-        if not p.deleting and not p.synthetic and p.name not in dec.delete_pods:
-            dec.delete_pods.append(p.name)
-
-    expected = expected_pod_names(res.job, topo.nodes)
-    by_name = {p.name: p for p in current}
-    conflict_names = {p.name for p in conflicts}
-    if conflict_names:
-        msg = ("objects with this job's pod names exist but are not owned by it: "
-               + ", ".join(sorted(conflict_names)) + "; delete or rename them")
-        set_condition(conds, C_CREATED, "False", "ChildConflict", msg, now, gen)
-    any_started = any(p.started for p in current)
-
-    # ---- failures of the current attempt
-    failures: list[Failure] = []
-    for p in current:
-        if p.synthetic:
-            continue
-        if p.deleting:
-            # someone else deletes a pod of a running gang: the gang is broken. Before the gang ran (or
-            # after a resume) a pod on its way out is waited for and then recreated under the same name.
-            if phase == RUNNING and p.phase != "Succeeded":
-                failures.append(Failure(True, "PodDeleted", f"pod {p.name} was deleted"))
-            continue
-        f = classify(p)
-        if f is not None:
-            if not f.retryable and p.role != ROLE_TRAINER:  # a vLLM server's exit code is not the trainer's contract
-                f = Failure(True, f.reason, f.message + " (vLLM server: retried)")
-            failures.append(f)
-    if any_started and phase in (RUNNING, PENDING, None):
-        for name in expected:
-            if name not in by_name and name not in conflict_names:
-                failures.append(Failure(True, "PodDeleted", f"pod {name} disappeared (deleted or its node was lost)"))
-    permanent = [f for f in failures if not f.retryable]
-    if permanent:
-        f = permanent[0]
-        st["lastFailureReason"] = f.reason
-        return fail(f.reason, f.message)
-    if failures:
-        f = failures[0]
-        st["lastFailureReason"] = f.reason
-        if restarts >= rp.backoffLimit:
-            return fail("BackoffLimitExceeded",
-                        f"{f.message}; runPolicy.backoffLimit={rp.backoffLimit} restarts already used")
-        restarts = st["restarts"] = restarts + 1
-        st["phase"] = RESTARTING
-        delay = backoff_seconds(restarts, policy)
-        st["message"] = f"gang restart {restarts}/{rp.backoffLimit} in {delay:g}s: {f.message}"
-        set_condition(conds, C_RESTARTING, "True", f.reason, st["message"], now, gen, force_transition=True)
-        clear_condition(conds, C_RUNNING, f.reason, "restarting all nodes", now, gen)
-        for p in ours:
-            if not p.deleting and not p.synthetic and p.name not in dec.delete_pods:
-                dec.delete_pods.append(p.name)
-        dec.requeue(delay)
-        return finish()
-
-    # ---- (re)create: wait for stale pods to be gone and for the backoff
-    if any(p.attempt < restarts for p in ours):
-        if phase is None:
-            st["phase"] = PENDING
-        return finish()
-    restarting = is_true(conds, C_RESTARTING)
-    if restarting and not current:
-        since = parse_time((get_condition(conds, C_RESTARTING) or {}).get("lastTransitionTime")) or now
-        due = since + _dt.timedelta(seconds=backoff_seconds(restarts, policy))
-        if now < due:
-            st["phase"] = RESTARTING
-            dec.requeue((due - now).total_seconds())
-            return finish()
-    missing = [n for n in expected if n not in by_name and n not in conflict_names]
-    if missing and not any_started:
-        dec.create_attempt = restarts
-        dec.create_pods = missing
-        if st.get("startTime") is None:
-            st["startTime"] = fmt_time(now)
-            if rp.activeDeadlineSeconds is not None:
-                dec.requeue(rp.activeDeadlineSeconds)
-        if not conflict_names:
-            set_condition(conds, C_CREATED, "True", "PodsCreated",
-                          f"attempt {restarts}: {len(expected)} pod(s)", now, gen)
-        if restarting:
-            set_condition(conds, C_RESTARTING, "False", "PodsRecreated",
-                          f"attempt {restarts} started after {restarts} restart(s)", now, gen)
-        current = current + [PodInfo(name=n, attempt=restarts, owner_uid=job.uid, synthetic=True) for n in missing]
-    elif not missing and not conflict_names and current:
-        if not is_true(conds, C_CREATED):
-            set_condition(conds, C_CREATED, "True", "PodsCreated", f"attempt {restarts}: {len(expected)} pod(s)", now, gen)
-        if restarting:
-            set_condition(conds, C_RESTARTING, "False", "PodsRecreated",
-                          f"attempt {restarts} started after {restarts} restart(s)", now, gen)
-
-    # ---- phase from the pods of the current attempt
-    trainers = [p for p in current if p.role == ROLE_TRAINER]
-    vllm = [p for p in current if p.role != ROLE_TRAINER]
-    n_trainers = topo.nodes
-    if len(trainers) >= n_trainers and all(p.phase == "Succeeded" for p in trainers):
-        st["phase"] = SUCCEEDED
-        st["completionTime"] = fmt_time(now)
-        st["message"] = f"all {n_trainers} node(s) succeeded after {restarts} restart(s)"
-        for p in trainers:  # the rank-0 pod's final record: where training really ended
-            final = progress.from_result_message(p.message, st.get("progress"), now.timestamp())
-            if final is not None:
-                st["progress"] = final
-                break
-        set_condition(conds, C_SUCCEEDED, "True", "AllNodesSucceeded", st["message"], now, gen)
-        clear_condition(conds, C_RUNNING, "Completed", "the job completed", now, gen)
-        clear_condition(conds, C_UNSCHEDULABLE, "Completed", "the job completed", now, gen)
-        for p in vllm:
-            if not p.deleting and not p.synthetic:
-                dec.delete_pods.append(p.name)
-        if rp.ttlSecondsAfterFinished is not None:
-            dec.requeue(rp.ttlSecondsAfterFinished)
-        return finish()
-    all_present = all(n in by_name for n in expected) and len(current) >= len(expected)
-    all_running = all_present and all(p.phase in ("Running", "Succeeded") and not p.synthetic and not p.deleting
-                                      for p in current)
-    unsched = [p for p in current if p.unschedulable]
-    if unsched:
-        p = unsched[0]
-        set_condition(conds, C_UNSCHEDULABLE, "True", "Unschedulable",
-                      f"{len(unsched)} pod(s) unschedulable; {p.name}: {p.unschedulable}", now, gen)
-    else:
-        clear_condition(conds, C_UNSCHEDULABLE, "Scheduled", "all pods are scheduled", now, gen)
-    if all_running:
-        st["phase"] = RUNNING
-        st["message"] = f"{n_trainers} node(s) running (attempt {restarts})"
-        set_condition(conds, C_RUNNING, "True", "AllNodesRunning", st["message"], now, gen)
-    else:
-        st["phase"] = PENDING
-        waiting = [p for p in current if p.waiting]
-        running = sum(1 for p in current if p.phase in ("Running", "Succeeded"))
-        msg = f"{running}/{len(expected)} pod(s) running (attempt {restarts})"
-        if unsched:
-            msg += f"; unschedulable: {unsched[0].unschedulable}"
-        elif waiting:
-            msg += f"; {waiting[0].name}: {waiting[0].waiting}"
-        st["message"] = msg
-        if is_true(conds, C_RUNNING):
-            set_condition(conds, C_RUNNING, "False", "PodsNotRunning", msg, now, gen)
-    if any(p.synthetic for p in current):
-        dec.requeue(policy.expectation_ttl)
-    return finish()
+            decision.requeue(policy.force_delete_after - late)
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Optional[dict[str, Any]]:

@@ -1,0 +1,85 @@
+"""The vocabulary of GRPOJob status, defined once: phases, condition types and condition reasons.
+
+lifecycle writes them, the controller and the client read them, the CRD's schema and the docs list them
+(tests/unit/test_docs.py checks the docs). Members are `str`s, so a status read from the API server compares equal
+to them and they serialise as their value.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class _Str(str, Enum):
+    def __str__(self) -> str:  # the value, as str() of a plain string (not 'Phase.RUNNING')
+        return str.__str__(self)
+
+    __format__ = str.__format__
+
+
+class Phase(_Str):
+    """status.phase."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+    REJECTED = "Rejected"
+
+
+TERMINAL = (Phase.SUCCEEDED, Phase.FAILED)
+
+
+class ConditionType(_Str):
+    """status.conditions[].type."""
+
+    CREATED = "Created"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+    REJECTED = "Rejected"
+    UNSCHEDULABLE = "Unschedulable"
+
+
+class Reason(_Str):
+    """status.conditions[].reason (and Event reasons) the lifecycle sets itself. A failure's reason
+    (status.lastFailureReason) is one of the failure reasons below, a trainer exit code by name
+    (grpo_trainer.contract.EXIT_REASONS, e.g. DatasetError), or the pod's own reason (Evicted, ...)."""
+
+    # Rejected
+    INVALID_SPEC = "InvalidSpec"
+    SPEC_VALID = "SpecValid"
+    # Suspended
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    # Created / Restarting
+    PODS_CREATED = "PodsCreated"
+    PODS_RECREATED = "PodsRecreated"
+    CHILD_CONFLICT = "ChildConflict"
+    # Running / Unschedulable / Succeeded
+    ALL_NODES_RUNNING = "AllNodesRunning"
+    PODS_NOT_RUNNING = "PodsNotRunning"
+    UNSCHEDULABLE = "Unschedulable"
+    SCHEDULED = "Scheduled"
+    ALL_NODES_SUCCEEDED = "AllNodesSucceeded"
+    COMPLETED = "Completed"
+    # Failed (the job) and failures (a pod)
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    NODE_LOST = "NodeLost"
+    POD_DELETED = "PodDeleted"
+    POD_FAILED = "PodFailed"
+    OOM_KILLED = "OOMKilled"
+    # Events only
+    TTL_EXPIRED = "TTLExpired"
+    FORCE_DELETED = "ForceDeleted"
+
+
+def listing(values: type[_Str]) -> str:
+    """'A, B, C or D': the members of an enum, for descriptions and docs."""
+    names = [v.value for v in values]
+    return ", ".join(names[:-1]) + " or " + names[-1]

@@ -1,0 +1,61 @@
+"""Time stamps and status.conditions[] (Kubernetes API conventions), pure."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, Iterable, Mapping, Optional
+
+
+def now_utc() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def fmt_time(t: _dt.datetime) -> str:
+    return t.astimezone(_dt.timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(s: Any) -> Optional[_dt.datetime]:
+    if not isinstance(s, str) or not s:
+        return None
+    try:
+        t = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    return t
+
+
+def set_condition(conditions: list[dict[str, Any]], ctype: str, status: str, reason: str, message: str,
+                  now: _dt.datetime, generation: Optional[int], *, force_transition: bool = False) -> None:
+    """Upsert a condition in place; lastTransitionTime changes only when status changes (or forced)."""
+    status = {True: "True", False: "False"}.get(status, status)  # type: ignore[call-overload]
+    ctype, reason = str(ctype), str(reason)  # api.status members as the plain strings the API server returns
+    for cond in conditions:
+        if cond.get("type") == ctype:
+            if cond.get("status") != status or force_transition or not cond.get("lastTransitionTime"):
+                cond["lastTransitionTime"] = fmt_time(now)
+            cond["status"], cond["reason"], cond["message"] = status, reason, message
+            if generation is not None:
+                cond["observedGeneration"] = generation
+            return
+    cond = {"type": ctype, "status": status, "reason": reason, "message": message, "lastTransitionTime": fmt_time(now)}
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    conditions.append(cond)
+
+
+def get_condition(conditions: Iterable[Mapping[str, Any]], ctype: str) -> Optional[Mapping[str, Any]]:
+    return next((c for c in conditions if c.get("type") == ctype), None)
+
+
+def is_true(conditions: Iterable[Mapping[str, Any]], ctype: str) -> bool:
+    c = get_condition(conditions, ctype)
+    return bool(c and c.get("status") == "True")
+
+
+def clear_condition(conditions: list[dict[str, Any]], ctype: str, reason: str, message: str,
+                    now: _dt.datetime, generation: Optional[int]) -> None:
+    """Set an existing condition to False (a missing one stays missing)."""
+    if get_condition(conditions, ctype) is not None:
+        set_condition(conditions, ctype, "False", reason, message, now, generation)
