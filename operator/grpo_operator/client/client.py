@@ -325,7 +325,7 @@ class GRPOClient:
             w = watch.Watch()
             selector = f"{c.LABEL_JOB}={c.names(name).base}"
             try:
-                for _ in w.stream(self.core.list_namespaced_pod, ns, label_selector=selector,
+                for _ in w.stream(self.core.list_namespaced_pod, ns, label_selector=selector, deserialize=False,
                                   timeout_seconds=max(1, int(min(left, 2))), _request_timeout=min(left, 2) + 5):
                     break
             except Exception:  # noqa: BLE001 — a failed watch only means: check again
@@ -554,7 +554,8 @@ class _PodLogSource:
         kw: dict[str, Any] = {"resource_version": self._rv} if self._rv else {}
         try:
             for _ in w.stream(self.client.core.list_namespaced_pod, self.namespace, label_selector=selector,
-                              timeout_seconds=max(1, int(timeout)), _request_timeout=timeout + 5, **kw):
+                              deserialize=False, timeout_seconds=max(1, int(timeout)), _request_timeout=timeout + 5,
+                              **kw):
                 break
         except Exception:  # noqa: BLE001 — a failed watch (410, dropped) only means: look again
             time.sleep(min(timeout, 0.5))

@@ -108,15 +108,19 @@ def follow(source: LogSource, name: str, rank: int, attempt: Optional[int] = Non
             job = source.job()
             continue
         tail, since = (tail_lines, since_seconds) if first else (None, None)
-        if pod.uid == attached_uid and last_ts is not None:
+        if pod.uid != attached_uid:
+            yield LogLine(text="", rank=rank, attempt=pod.attempt, pod=pod.name, kind="attach")
+            attached_uid, last_ts = pod.uid, None
+        elif last_ts is not None:
             # the stream dropped while the pod runs: re-open from the last line seen, skip what was printed
             seen = parse_time(last_ts)
             since = max(1, math.ceil(clock() - seen.timestamp()) + 1) if seen else None
         else:
-            yield LogLine(text="", rank=rank, attempt=pod.attempt, pod=pod.name, kind="attach")
-            attached_uid, last_ts = pod.uid, None
+            tail = None  # re-opened before any line came: from the start (nothing was printed)
         first = False
+        got = False
         for ts, text in source.read(pod, follow=True, tail_lines=tail, since_seconds=since):
+            got = True
             if last_ts is not None and ts is not None and ts_key(ts) <= ts_key(last_ts):
                 continue
             if ts is not None:
@@ -126,3 +130,6 @@ def follow(source: LogSource, name: str, rank: int, attempt: Optional[int] = Non
         now = _pick(job, rank, target) if job is not None else None
         if job is None or now is None or now.uid != pod.uid or now.finished or now.deleting:
             read_uid = pod.uid  # its log is complete: wait for the next attempt (or the end of the job)
+        elif not got:
+            source.wait(poll)  # the stream closed at once on a running pod: do not spin
+            job = source.job()
