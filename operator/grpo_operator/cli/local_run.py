@@ -163,8 +163,7 @@ def main(args) -> int:
     config_path = workdir / "config.json"
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
 
-    argv = manifests.torchrun_argv(1, nproc, 0, f"127.0.0.1:{_free_port()}", f"local-{os.getpid()}",
-                                   str(config_path))
+    argv = manifests.torchrun_argv(1, nproc, f"127.0.0.1:{_free_port()}", f"local-{os.getpid()}", str(config_path))
     argv[0] = sys.executable  # the launcher runs with this interpreter (the pod's is the image's python)
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -173,13 +172,19 @@ def main(args) -> int:
     print(f"grpojob: {name}: {nproc} process(es) on {'GPU' if gpus else 'CPU'}; output {output_dir}; log {log_path}",
           file=sys.stderr)
     started = time.monotonic()
+    _become_subreaper()
     with open(log_path, "a", encoding="utf-8") as log_file:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 start_new_session=True, bufsize=1, errors="replace")
         reader = _Reader(proc.stdout, log_file, show_progress=not args.no_progress, verbose=args.no_progress)
         reader.start()
+        # `kill PID` / a CI cancel (SIGTERM) stops the tree like Ctrl-C does, instead of leaving it running
+        old_term = signal.signal(signal.SIGTERM, signal.default_int_handler) \
+            if threading.current_thread() is threading.main_thread() else None
         try:
             code = proc.wait(timeout=args.timeout)
+            if any(_alive(p) for p in _tree(os.getpid())):  # a worker that outlived its launcher
+                _stop(proc, grace=0)
         except subprocess.TimeoutExpired:
             _stop(proc)
             code = 124
@@ -187,6 +192,9 @@ def main(args) -> int:
         except KeyboardInterrupt:
             _stop(proc, signal.SIGTERM)
             code = 130
+        finally:
+            if old_term is not None:
+                signal.signal(signal.SIGTERM, old_term)
         reader.join(timeout=10)
     shutil.rmtree(workdir, ignore_errors=True)
     if reader.tty and reader.last and not args.no_progress:
@@ -206,13 +214,79 @@ def main(args) -> int:
     return code
 
 
-def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-        proc.wait(timeout=30)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+def _children() -> dict[int, list[int]]:
+    """ppid → pids, from /proc (Linux)."""
+    out: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with open(f"/proc/{d}/stat", encoding="utf-8", errors="replace") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        out.setdefault(ppid, []).append(int(d))
+    return out
+
+
+def _tree(root: int) -> list[int]:
+    """Every descendant of `root` (not root itself)."""
+    children, out, todo = _children(), [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _become_subreaper() -> None:
+    """Orphans of our launcher (its workers, when it dies first) are re-parented to us, not to init, so _stop can
+    still find them as our descendants."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
+def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 30.0) -> None:
+    """Stop the launcher and its whole process tree. torchrun starts each worker in a session of its own, so the
+    launcher's process group does not reach them: signal every descendant by PID (listed before anything exits),
+    then SIGKILL whatever is left of the tree after the grace period - including workers the launcher orphaned."""
+    tree = _tree(proc.pid)
+    for pid in [*([proc.pid] if proc.poll() is None else []), *tree]:  # a reaped launcher's PID may be reused
+        try:
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + (5.0 if proc.poll() is not None else 0.0)
+    while time.monotonic() < deadline and any(_alive(p) for p in tree):
+        time.sleep(0.1)
+    for pid in [*tree, *_tree(os.getpid())]:
+        if pid != proc.pid and _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if proc.poll() is None:
+        proc.kill()
         proc.wait()
+    # reap orphans re-parented to us (subreaper) so that none stays a zombie
+    for pid in _tree(os.getpid()):
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from .. import api
 from ..rules import topology
+from .podgroup import parse_quantity
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
 C10D_PORT = 29400
@@ -78,14 +79,16 @@ def names(job_name: str) -> Names:
 LAUNCHER = ["python", "-m", "grpo_trainer.launch"]
 
 
-def torchrun_argv(nnodes: int, nproc_per_node: int, node_rank: int, rdzv_endpoint: str, rdzv_id: str,
+def torchrun_argv(nnodes: int, nproc_per_node: int, rdzv_endpoint: str, rdzv_id: str,
                   config_path: str = CONFIG_FILE) -> list[str]:
-    """The trainer container's argv (never a shell string): torchrun's arguments, then the trainer module."""
+    """The trainer container's argv (never a shell string): torchrun's arguments, then the trainer module.
+
+    No --node-rank: c10d ignores it (and warns on every agent but one); it orders ranks by the agents' host names, so
+    pod node-N is not global rank N (from 11 nodes: node-10 sorts before node-2). Nothing may assume it is."""
     return [
         *LAUNCHER,
         f"--nnodes={nnodes}",
         f"--nproc-per-node={nproc_per_node}",
-        f"--node-rank={node_rank}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={rdzv_endpoint}",
         f"--rdzv-id={rdzv_id}",
@@ -177,10 +180,32 @@ def _resources(res: api.ResourceRequirements) -> dict[str, Any]:
     return out
 
 
-def _common_env(job: api.GRPOJob, threads: int) -> list[dict[str, Any]]:
+def trainer_threads(res: api.ResourceRequirements, topo: topology.Topology) -> int | dict[str, Any]:
+    """OMP_NUM_THREADS of a trainer process: the pod's CPUs shared by its local processes.
+
+    GPU pods: 1 (the GPU does the work). CPU pods: the CPU limit (else the request) ÷ nproc, at least 1 - a fixed 4
+    made 2-core pods 4-5× slower. No CPU in the spec and one process: the downward API's limits.cpu, which is the
+    node's allocatable CPUs when the pod has no limit (whole cores). Several processes: 1, as torchrun would set."""
+    if topo.gpu_resource:
+        return 1
+    for side in (res.limits, res.requests):
+        if side and "cpu" in side:
+            try:
+                cores, _ = parse_quantity(side["cpu"])
+            except ValueError:
+                break
+            return max(1, int(cores) // max(1, topo.nproc_per_node))
+    if topo.nproc_per_node == 1:
+        return {"resourceFieldRef": {"containerName": "trainer", "resource": "limits.cpu", "divisor": "1"}}
+    return 1
+
+
+def _common_env(job: api.GRPOJob, threads: int | dict[str, Any]) -> list[dict[str, Any]]:
+    omp = {"name": "OMP_NUM_THREADS", "valueFrom": threads} if isinstance(threads, dict) else \
+        {"name": "OMP_NUM_THREADS", "value": str(threads)}
     env: list[dict[str, Any]] = [
         {"name": "PYTHONUNBUFFERED", "value": "1"},
-        {"name": "OMP_NUM_THREADS", "value": str(threads)},
+        omp,
         {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
         {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
         {"name": "HOME", "value": "/tmp"},
@@ -249,14 +274,14 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
                            **meta["annotations"], ANNOTATION_ATTEMPT: str(attempt)}
     volumes, mounts = _volumes(job, n, topo, with_config=True)
     rdzv_id = f"{uid or n.base}-{attempt}"
-    argv = torchrun_argv(topo.nodes, topo.nproc_per_node, rank, f"{n.pod(0)}.{n.service}:{C10D_PORT}", rdzv_id)
+    argv = torchrun_argv(topo.nodes, topo.nproc_per_node, f"{n.pod(0)}.{n.service}:{C10D_PORT}", rdzv_id)
     container = {
         "name": "trainer",
         "image": job.spec.image or image,
         "imagePullPolicy": "IfNotPresent",
         "command": argv[:len(LAUNCHER)],
         "args": argv[len(LAUNCHER):],
-        "env": _common_env(job, threads=1 if topo.gpu_resource else 4)
+        "env": _common_env(job, threads=trainer_threads(job.spec.resources, topo))
         + [{"name": "GRPO_NODE_RANK", "value": str(rank)}, {"name": "GRPO_ATTEMPT", "value": str(attempt)}],
         "ports": [{"name": "c10d", "containerPort": C10D_PORT, "protocol": "TCP"}]
         + ([{"name": METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"}] if metrics_port else []),

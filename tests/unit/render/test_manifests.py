@@ -70,7 +70,8 @@ def test_every_accepted_spec_renders_valid_kubernetes_objects(name, nodes, gpus,
     for rank, pod in enumerate(pods):
         argv = pod["spec"]["containers"][0]["command"] + pod["spec"]["containers"][0]["args"]
         assert argv[:3] == ["python", "-m", "grpo_trainer.launch"]  # torchrun, exiting with the trainer's code
-        assert f"--nnodes={nodes}" in argv and f"--node-rank={rank}" in argv
+        # no --node-rank: c10d ignores it and ranks follow host names (pod node-N is not rank N)
+        assert f"--nnodes={nodes}" in argv and not any(a.startswith("--node-rank") for a in argv)
         assert f"--nproc-per-node={res.topology.nproc_per_node}" in argv
         assert f"--rdzv-endpoint={base}-node-0.{base}:{manifests.C10D_PORT}" in argv
         # User strings never reach argv: they travel only inside the config JSON.
