@@ -35,6 +35,7 @@ class World:
         self.status: dict[str, Any] = {"phase": "Running", "restarts": 0}
         self.pods: dict[str, dict[str, Any]] = {}  # name → {"attempt", "phase", "lines", "uid"}
         self.log_requests: list[dict[str, str]] = []
+        self.nodes = 1
         self.drop = False  # end the open log streams once, the pod still running (a dropped connection)
 
     def change(self, **kw: Any) -> None:
@@ -63,7 +64,7 @@ class World:
     def job_body(self) -> dict[str, Any]:
         return {"apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob",
                 "metadata": {"name": JOB, "namespace": NS, "uid": UID, "resourceVersion": str(self.version)},
-                "spec": {"nodes": 1}, "status": dict(self.status)}
+                "spec": {"nodes": self.nodes}, "status": dict(self.status)}
 
     def pod_body(self, name: str) -> dict[str, Any]:
         p = self.pods[name]
@@ -273,3 +274,17 @@ def test_kubectl_grpo_logs_follow_across_a_gang_restart(world: tuple[World, Path
     r = subprocess.run([sys.executable, "-m", "grpo_operator.cli.kubectl_grpo", "logs", JOB, "--attempt", "0"],
                        env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "no pod of attempt 0 any more" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_every_rank_interleaved_and_a_rank_without_a_log(world: tuple[World, Path]) -> None:
+    w, kubeconfig = world
+    w.nodes = 3
+    w.pod(0, 0, "Running", ["zero"])
+    w.pod(1, 0, "Running", ["one", "uno"])
+    w.pod(2, 0, "Pending")  # not started: no log, said in one line, the others still printed
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    r = subprocess.run([sys.executable, "-m", "grpo_operator.cli.kubectl_grpo", "logs", JOB, "--rank", "all"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert sorted(r.stdout.splitlines()) == ["[rank 0] zero", "[rank 1] one", "[rank 1] uno"]
+    assert r.returncode == 1 and "train-node-2 (attempt 0) has no log yet" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1
