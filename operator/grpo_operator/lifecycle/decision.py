@@ -29,9 +29,9 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from .. import api
 from ..api.status import TERMINAL, ConditionType, Phase, Reason
-from ..render import manifests
+from ..render import manifests, podgroup
 from ..rules import validation
-from . import progress
+from . import gang, progress
 from .conditions import clear_condition, fmt_time, get_condition, is_true, parse_time, set_condition
 from .pods import ROLE_TRAINER, Failure, PodInfo, PodPhase, PodSets, as_int, classify
 
@@ -75,6 +75,10 @@ class Decision:
     events: list[JobEvent] = field(default_factory=list)
     requeue_after: Optional[float] = None
     conflicts: list[str] = field(default_factory=list)  # child names owned by something else
+    kueue_group: Optional[str] = None  # Kueue: the pod group the created pods join (render's kueue_group)
+    # Kueue: pods to annotate kueue.x-k8s.io/retriable-in-group: "false", which ends their group (Kueue finishes its
+    # Workload, releases the quota and removes its finalizers once none of its pods runs)
+    end_kueue_groups: list[str] = field(default_factory=list)
 
     def requeue(self, seconds: float) -> None:
         seconds = max(seconds, 0.05)
@@ -108,12 +112,14 @@ class JobView:
         )
 
 
-def expected_pod_names(job: api.GRPOJob, nodes: int) -> list[str]:
+def expected_pod_names(job: api.GRPOJob, nodes: int, attempt: int = 0) -> list[str]:
+    """The pods of an attempt. Under Kueue every attempt has its own names (render/podgroup.py)."""
     n = manifests.names(job.metadata.name or "")
+    kueue = podgroup.kueue_queue(job) is not None
     out = [n.pod(r) for r in range(nodes)]
     if job.spec.vllm.mode == "server":
         out.append(n.vllm_pod(0))
-    return out
+    return [podgroup.attempt_pod_name(name, attempt, kueue=kueue) for name in out]
 
 
 def topology_string(topo: Any) -> str:
@@ -199,7 +205,33 @@ class Draft:
 
     @property
     def expected(self) -> list[str]:
-        return expected_pod_names(self.job.result.job, self.nodes)  # type: ignore[arg-type]
+        return expected_pod_names(self.job.result.job, self.nodes, self.pods.attempt)  # type: ignore[arg-type]
+
+    @property
+    def mode(self) -> str:
+        """none | kueue | coscheduling | volcano (lifecycle/gang.py): what a gang restart must wait for."""
+        job = self.job.result.job
+        return gang.mode(podgroup.kueue_queue(job), podgroup.gang_of(job))  # type: ignore[arg-type]
+
+    @property
+    def requeues(self) -> int:
+        return as_int(self.status.get("requeues"), 0)
+
+    def next_attempt(self, *, charged: bool) -> int:
+        """Start the next attempt (status.restarts + 1); one not `charged` (Kueue's doing) is also counted in
+        status.requeues, and so not against runPolicy.backoffLimit. The pods are sorted again around it."""
+        attempt = self.status["restarts"] = self.pods.attempt + 1
+        if not charged:
+            self.status["requeues"] = self.requeues + 1
+        self.pods = PodSets.sort(self.job.uid, self.pods.ours + self.pods.stale + self.pods.foreign, attempt)
+        self.current = list(self.pods.current)
+        return attempt
+
+    def end_kueue_groups(self) -> None:
+        """Under Kueue, a job that gives up or is suspended ends its pod groups, so Kueue releases their quota."""
+        if self.mode == gang.KUEUE:
+            self.decision.end_kueue_groups += [n for n in gang.release_target(self.pods.ours)
+                                               if n not in self.decision.end_kueue_groups]
 
     @property
     def conflict_names(self) -> set[str]:
@@ -247,7 +279,9 @@ def fail(draft: Draft, reason: str, message: str) -> bool:
     draft.set(ConditionType.FAILED, "True", reason, message)
     draft.clear(ConditionType.RUNNING, reason, "the job failed")
     draft.clear(ConditionType.RESTARTING, reason, "the job failed")
+    draft.clear(ConditionType.QUEUED, reason, "the job failed")
     draft.delete(_active(draft.pods.ours))
+    draft.end_kueue_groups()
     ttl = draft.spec.runPolicy.ttlSecondsAfterFinished
     if ttl is not None:
         draft.decision.requeue(ttl)
@@ -282,6 +316,8 @@ def keep_terminal(draft: Draft) -> bool:
     if draft.phase not in TERMINAL:
         return False
     draft.delete(_active(draft.pods.ours, keep_succeeded=True))
+    if draft.phase == Phase.FAILED:
+        draft.end_kueue_groups()  # repeated until seen: a lost patch is sent again
     ttl = draft.spec.runPolicy.ttlSecondsAfterFinished
     if ttl is not None:
         status, now = draft.status, draft.now
@@ -316,6 +352,8 @@ def suspend(draft: Draft) -> bool:
     draft.set(ConditionType.SUSPENDED, "True", Reason.SUSPENDED, "runPolicy.suspend is true")
     draft.clear(ConditionType.RUNNING, Reason.SUSPENDED, "the job is suspended")
     draft.clear(ConditionType.UNSCHEDULABLE, Reason.SUSPENDED, "the job is suspended")
+    draft.clear(ConditionType.QUEUED, Reason.SUSPENDED, "the job is suspended")
+    draft.end_kueue_groups()
     return True
 
 
@@ -326,6 +364,11 @@ def resume(draft: Draft) -> bool:
     draft.set(ConditionType.SUSPENDED, "False", Reason.RESUMED, "runPolicy.suspend is false")
     draft.phase = draft.status["phase"] = Phase.PENDING
     draft.status["message"] = "resumed"
+    if draft.mode == gang.KUEUE:
+        # the suspended run's pod group was ended: a new run, with a new group (its Workload may still exist,
+        # Finished) and new pod names; the old pods are waited for as Kueue requires (wait_for_previous_attempt)
+        draft.next_attempt(charged=False)
+        return False
     return any(p.deleting for p in draft.pods.ours)
 
 
@@ -387,6 +430,10 @@ def current_failures(draft: Draft) -> list[Failure]:
 def restart_or_fail(draft: Draft) -> bool:
     """A permanent failure fails the job; a retryable one restarts the whole gang after a backoff, up to
     runPolicy.backoffLimit restarts."""
+    if draft.mode == gang.KUEUE:
+        evicted = gang.evicted_by_kueue(draft.pods.current)
+        if evicted:
+            return requeue_after_kueue_eviction(draft, evicted)
     failures = current_failures(draft)
     if not failures:
         return False
@@ -396,14 +443,15 @@ def restart_or_fail(draft: Draft) -> bool:
     status["lastFailureReason"] = first.reason
     if permanent:
         return fail(draft, first.reason, first.message)
-    restarts = status["restarts"]
-    if restarts >= limit:
+    charged = status["restarts"] - draft.requeues  # Kueue's evictions are not the job's failures
+    if charged >= limit:
         return fail(draft, Reason.BACKOFF_LIMIT_EXCEEDED,
                     f"{first.message}; runPolicy.backoffLimit={limit} restarts already used")
-    restarts = status["restarts"] = restarts + 1
+    draft.next_attempt(charged=True)
+    charged += 1
     status["phase"] = Phase.RESTARTING
-    delay = backoff_seconds(restarts, draft.policy)
-    status["message"] = f"gang restart {restarts}/{limit} in {delay:g}s: {first.message}"
+    delay = backoff_seconds(charged, draft.policy)
+    status["message"] = f"gang restart {charged}/{limit} in {delay:g}s: {first.message}"
     draft.set(ConditionType.RESTARTING, "True", first.reason, status["message"], force_transition=True)
     draft.clear(ConditionType.RUNNING, first.reason, "restarting all nodes")
     draft.delete(draft.pods.ours)
@@ -411,16 +459,42 @@ def restart_or_fail(draft: Draft) -> bool:
     return True
 
 
+def requeue_after_kueue_eviction(draft: Draft, evicted: str) -> bool:
+    """Kueue ended the pods (preemption, eviction: their TerminationTarget condition): not the job's failure. The
+    next attempt's pods replace them in the same group without a backoff and wait at Kueue's gate for the group
+    to be admitted again; runPolicy.backoffLimit is not spent."""
+    status = draft.status
+    attempt = draft.next_attempt(charged=False)
+    status["phase"] = Phase.RESTARTING
+    status["message"] = (f"Kueue evicted the pods ({evicted}); attempt {attempt} waits for Kueue to admit the group "
+                         "again (not counted against runPolicy.backoffLimit)")
+    draft.set(ConditionType.RESTARTING, "True", Reason.EVICTED_BY_KUEUE, status["message"], force_transition=True)
+    draft.clear(ConditionType.RUNNING, Reason.EVICTED_BY_KUEUE, "Kueue evicted the pods")
+    draft.delete(draft.pods.ours)
+    return True
+
+
 def wait_for_previous_attempt(draft: Draft) -> bool:
-    """The next attempt starts once the older attempt's pods are gone and the backoff has run out."""
+    """The next attempt starts once the older attempt's pods are out of the way — gone, or under Kueue Failed
+    (lifecycle/gang.py says why) — and the backoff has run out."""
     if draft.pods.other_attempt:
-        if draft.phase is None:
-            draft.status["phase"] = Phase.PENDING
-        return True
+        ready, _ = gang.may_create_next(draft.mode, draft.pods.other_attempt)
+        if ready and draft.mode == gang.KUEUE:
+            ending = gang.groups_to_end_before_replacing(draft.pods.other_attempt)
+            draft.decision.end_kueue_groups += ending
+            ready = not ending
+        if not ready:
+            if draft.phase is None:
+                draft.status["phase"] = Phase.PENDING
+            return True
     if not draft.is_true(ConditionType.RESTARTING) or draft.pods.current:
         return False
-    since = parse_time((get_condition(draft.conditions, ConditionType.RESTARTING) or {}).get("lastTransitionTime"))
-    due = (since or draft.now) + _dt.timedelta(seconds=backoff_seconds(draft.pods.attempt, draft.policy))
+    restarting = get_condition(draft.conditions, ConditionType.RESTARTING) or {}
+    if restarting.get("reason") == Reason.EVICTED_BY_KUEUE:
+        return False  # Kueue's own queue is the wait
+    since = parse_time(restarting.get("lastTransitionTime"))
+    charged = draft.pods.attempt - draft.requeues
+    due = (since or draft.now) + _dt.timedelta(seconds=backoff_seconds(charged, draft.policy))
     if draft.now >= due:
         return False
     draft.status["phase"] = Phase.RESTARTING
@@ -437,6 +511,9 @@ def create_pods(draft: Draft) -> bool:
     if missing and not draft.any_started:
         draft.decision.create_attempt = attempt
         draft.decision.create_pods = missing
+        if draft.mode == gang.KUEUE:  # replacements join the run's group (it keeps its quota); else a new group
+            draft.decision.kueue_group = gang.carried_group(draft.pods.ours) or podgroup.kueue_group_name(
+                manifests.names(draft.job.name).base, draft.job.uid, attempt)
         if draft.status.get("startTime") is None:
             draft.status["startTime"] = fmt_time(draft.now)
             deadline = draft.spec.runPolicy.activeDeadlineSeconds
@@ -472,6 +549,7 @@ def phase_from_pods(draft: Draft) -> bool:
                 break
         draft.set(ConditionType.SUCCEEDED, "True", Reason.ALL_NODES_SUCCEEDED, status["message"])
         draft.clear(ConditionType.RUNNING, Reason.COMPLETED, "the job completed")
+        draft.clear(ConditionType.QUEUED, Reason.COMPLETED, "the job completed")
         draft.clear(ConditionType.UNSCHEDULABLE, Reason.COMPLETED, "the job completed")
         draft.decision.delete_pods += [p.name for p in current if p.role != ROLE_TRAINER and p.live]
         ttl = draft.spec.runPolicy.ttlSecondsAfterFinished
@@ -488,6 +566,13 @@ def phase_from_pods(draft: Draft) -> bool:
                   f"{len(unschedulable)} pod(s) unschedulable; {p.name}: {p.unschedulable}")
     else:
         draft.clear(ConditionType.UNSCHEDULABLE, Reason.SCHEDULED, "all pods are scheduled")
+    gated = gang.queued(current) if draft.mode == gang.KUEUE else []
+    if gated:
+        draft.set(ConditionType.QUEUED, "True", Reason.WAITING_FOR_KUEUE,
+                  f"{len(gated)} pod(s) wait for Kueue to admit their pod group (queue "
+                  f"{podgroup.kueue_queue(draft.job.result.job)})")  # type: ignore[arg-type]
+    else:
+        draft.clear(ConditionType.QUEUED, Reason.ADMITTED, "Kueue admitted the pod group")
     if all_running:
         status["phase"] = Phase.RUNNING
         status["message"] = f"{nodes} node(s) running (attempt {attempt})"
@@ -499,10 +584,20 @@ def phase_from_pods(draft: Draft) -> bool:
         message = f"{running}/{len(draft.expected)} pod(s) running (attempt {attempt})"
         if unschedulable:
             message += f"; unschedulable: {unschedulable[0].unschedulable}"
+        elif gated:
+            message += "; queued: waiting for Kueue to admit the pod group"
         elif waiting:
             message += f"; {waiting[0].name}: {waiting[0].waiting}"
         status["message"] = message
-        if draft.is_true(ConditionType.RUNNING):
+        if waiting and not unschedulable:
+            # The kubelet's own reason (ErrImagePull, ImagePullBackOff, ErrImageNeverPull, CreateContainerConfigError…)
+            # as the Running condition's: a job whose image cannot be pulled says so, instead of an endless Pending.
+            reason = (waiting[0].waiting or "").split(":", 1)[0].strip() or Reason.PODS_NOT_RUNNING
+            previous = get_condition(draft.conditions, ConditionType.RUNNING) or {}
+            if previous.get("reason") != reason:
+                draft.decision.events.append(JobEvent("Warning", reason, message))
+            draft.set(ConditionType.RUNNING, "False", reason, message)
+        elif draft.is_true(ConditionType.RUNNING):
             draft.set(ConditionType.RUNNING, "False", Reason.PODS_NOT_RUNNING, message)
     if any(p.synthetic for p in current):
         draft.decision.requeue(draft.policy.expectation_ttl)
@@ -533,6 +628,8 @@ def force_stuck(pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy, deci
     for p in pods:
         if not p.deleting or p.deletion_due is None or p.synthetic:
             continue
+        if p.gang.kueue_group and gang.kueue_inactive(p):
+            continue  # held by Kueue's finalizer until its replacement exists, not by a lost kubelet
         late = (now - p.deletion_due).total_seconds()
         if late >= policy.force_delete_after:
             decision.force_delete_pods.append((p.name, f"pod {p.name} was still terminating {late:.0f}s after its "

@@ -1,0 +1,61 @@
+"""A job whose pods cannot start (image not pullable, bad config) says why in its Running condition with the
+kubelet's reason, and one Warning event per new reason - not an endless Pending with the reason only in a message."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Optional
+
+import pytest
+
+from grpo_operator import lifecycle as lc
+from grpo_operator.api.status import ConditionType, Phase, Reason
+from grpo_operator.lifecycle import decision as d
+
+from tests.support.jobs import job_body, pod_body
+
+T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+UID = "uid-1"
+POLICY = lc.Policy(backoff_base=10, backoff_cap=300)
+
+
+def pod(rank: int, phase: str = "Pending", **kw: Any) -> lc.PodInfo:
+    return lc.summarize_pod(pod_body("job", rank, phase, uid=UID, **kw))
+
+
+def run(pods: list[lc.PodInfo], status: Optional[dict[str, Any]] = None) -> d.Draft:
+    dr = d.Draft.begin(lc.JobView.from_body(job_body("job", uid=UID, status=status, nodes=2)), pods, T0, POLICY)
+    d.phase_from_pods(dr)
+    return dr
+
+
+@pytest.mark.parametrize("waiting, reason", [
+    ("ErrImagePull", "ErrImagePull"),
+    ("ImagePullBackOff", "ImagePullBackOff"),
+    ("ErrImageNeverPull", "ErrImageNeverPull"),
+    ("InvalidImageName", "InvalidImageName"),
+    ("CreateContainerConfigError", "CreateContainerConfigError"),
+])
+def test_the_kubelets_reason_is_the_running_conditions(waiting: str, reason: str) -> None:
+    dr = run([pod(0, "Running"), pod(1, waiting=waiting)])
+    assert dr.status["phase"] == Phase.PENDING
+    c = lc.get_condition(dr.conditions, ConditionType.RUNNING)
+    assert c is not None and c["status"] == "False" and c["reason"] == reason
+    assert "job-node-1" in c["message"] and reason in c["message"]
+    assert [(e.type, e.reason) for e in dr.decision.events] == [("Warning", reason)]
+
+
+def test_one_event_per_new_reason_and_cleared_once_running() -> None:
+    first = run([pod(0, waiting="ErrImagePull"), pod(1, waiting="ErrImagePull")])
+    same = run([pod(0, waiting="ErrImagePull"), pod(1)], status=first.status)
+    assert same.decision.events == []                                   # no event storm while it stays
+    backoff = run([pod(0, waiting="ImagePullBackOff"), pod(1)], status=first.status)
+    assert [e.reason for e in backoff.decision.events] == ["ImagePullBackOff"]
+    running = run([pod(0, "Running"), pod(1, "Running")], status=backoff.status)
+    c = lc.get_condition(running.conditions, ConditionType.RUNNING)
+    assert running.status["phase"] == Phase.RUNNING and c["status"] == "True" and c["reason"] == Reason.ALL_NODES_RUNNING
+
+
+def test_pods_merely_being_created_set_no_condition() -> None:
+    dr = run([pod(0), pod(1)])
+    assert lc.get_condition(dr.conditions, ConditionType.RUNNING) is None and dr.decision.events == []
