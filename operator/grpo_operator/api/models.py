@@ -411,6 +411,9 @@ class GRPOJobStatus(BaseModel):
     batch: Optional[BatchStatus] = Field(default=None, description="The batch breakdown the operator validated.")
     progress: Optional[ProgressStatus] = Field(default=None, description="Live training progress reported by global rank 0.")
     restarts: int = Field(default=0, description="Gang restarts so far.")
+    requeues: int = Field(
+        default=0, description="Of the restarts, those Kueue caused (it evicted the pods) or a resume under Kueue began; "
+        "they do not count against runPolicy.backoffLimit.")
     lastFailureReason: Optional[str] = Field(default=None, description="Why the last pod failure happened.")
     topology: Optional[str] = Field(default=None, description="nodes×GPUs, for the NODES×GPUS column.")
     startTime: Optional[str] = Field(default=None, description="When the pods were first created.")

@@ -43,6 +43,7 @@ class ConditionType(_Str):
     SUSPENDED = "Suspended"
     REJECTED = "Rejected"
     UNSCHEDULABLE = "Unschedulable"
+    QUEUED = "Queued"  # Kueue holds the pods at its admission gate (docs/scheduling.md)
 
 
 class Reason(_Str):
@@ -74,6 +75,10 @@ class Reason(_Str):
     POD_DELETED = "PodDeleted"
     POD_FAILED = "PodFailed"
     OOM_KILLED = "OOMKilled"
+    # Queued (Kueue) and a gang restart Kueue caused
+    WAITING_FOR_KUEUE = "WaitingForKueue"
+    ADMITTED = "Admitted"
+    EVICTED_BY_KUEUE = "EvictedByKueue"
     # Events only
     TTL_EXPIRED = "TTLExpired"
     FORCE_DELETED = "ForceDeleted"

@@ -12,6 +12,7 @@ from .. import api
 from ..api.status import Reason
 from ..render import manifests
 from .conditions import parse_time
+from .gang import GangFacts, facts as gang_facts
 
 ROLE_TRAINER = "trainer"
 ROLE_VLLM = "vllm-server"
@@ -54,6 +55,7 @@ class PodInfo:
     unschedulable: Optional[str] = None  # the scheduler's message when PodScheduled=False/Unschedulable
     waiting: Optional[str] = None  # a container waiting reason worth surfacing (ImagePullBackOff…)
     synthetic: bool = False  # created by us a moment ago, not yet seen in the watch
+    gang: GangFacts = GangFacts()  # what Kueue's gate, group, retriable flag and TerminationTarget say (gang.py)
 
     @property
     def started(self) -> bool:
@@ -129,6 +131,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
         message=(message or None) and str(message)[:1024],
         unschedulable=unsched,
         waiting=waiting,
+        gang=gang_facts(body),
     )
 
 
