@@ -56,6 +56,9 @@ elseif is_true("Restarting") or st.phase == "Restarting" then
 elseif is_true("Unschedulable") then
   hs.status = "Progressing"
   hs.message = msg("Unschedulable", "Waiting for nodes")
+elseif is_true("Queued") then
+  hs.status = "Progressing"
+  hs.message = msg("Queued", "Waiting for Kueue to admit the pods")
 elseif is_true("Running") or st.phase == "Running" then
   hs.status = "Progressing"
   hs.message = msg("Running", "Training") .. progress
