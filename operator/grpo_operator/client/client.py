@@ -25,23 +25,27 @@ JobInput = Union[Mapping[str, Any], str, os.PathLike, Any]
 Callback = Callable[[Job], Any]
 
 
+def _one_line(text: str, limit: int = 1000) -> str:
+    return " ".join(text.split())[:limit]
+
+
 def _api_error(exc: Exception, what: str) -> ApiError:
-    """An ApiException (or a connection error) → ApiError with the server's own message, one line."""
+    """An ApiException (or a connection error) → ApiError with the server's own message, on one line."""
     status = getattr(exc, "status", 0) or 0
+    if not isinstance(status, int) or not status:
+        detail = _one_line(str(exc), 300) or type(exc).__name__
+        return ApiError(f"{what}: cannot reach the API server: {detail}", 0, "Unreachable")
     body = getattr(exc, "body", None)
-    message, reason = "", str(getattr(exc, "reason", "") or "")
     if isinstance(body, (bytes, bytearray)):
         body = body.decode("utf-8", "replace")
-    if isinstance(body, str) and body:
+    message, reason = "", str(getattr(exc, "reason", "") or "")
+    if isinstance(body, str) and body.strip():
         try:
             doc = json.loads(body)
             message, reason = str(doc.get("message") or ""), str(doc.get("reason") or reason)
         except (ValueError, AttributeError):
-            message = body.strip().splitlines()[0][:500]
-    if not status:
-        message = message or str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-        return ApiError(f"{what}: cannot reach the API server: {message}", 0, "Unreachable")
-    return ApiError(f"{what}: {message or reason or 'HTTP ' + str(status)} (HTTP {status})", status, reason)
+            message = body
+    return ApiError(f"{what}: {_one_line(message or reason) or 'HTTP ' + str(status)} (HTTP {status})", status, reason)
 
 
 class GRPOClient:
@@ -128,8 +132,12 @@ class GRPOClient:
         return self._call(f"get grpojob {namespace}/{name}", self.custom.get_namespaced_custom_object,
                           c.GROUP, c.VERSION, namespace, c.PLURAL, name, not_found=(namespace, name))
 
-    def _pod_list(self, name: str, namespace: str, rank: Optional[int] = None) -> tuple[list[dict[str, Any]], str]:
-        selector = f"{c.LABEL_JOB}={c.names(name).base},{c.LABEL_ROLE}={c.ROLE_TRAINER}"
+    def _pod_list(self, name: str, namespace: str, rank: Optional[int] = None,
+                  trainers_only: bool = True) -> tuple[list[dict[str, Any]], str]:
+        """The job's pods (by label; the caller checks owners) and the list's resourceVersion (to watch from)."""
+        selector = f"{c.LABEL_JOB}={c.names(name).base}"
+        if trainers_only:
+            selector += f",{c.LABEL_ROLE}={c.ROLE_TRAINER}"
         if rank is not None:
             selector += f",{c.LABEL_RANK}={rank}"
         resp = self._call(f"list pods of {namespace}/{name}", self.core.list_namespaced_pod, namespace,
@@ -299,39 +307,41 @@ class GRPOClient:
             return
         uid = ((before or {}).get("metadata") or {}).get("uid")
         deadline = time.monotonic() + timeout
-
-        def job_gone() -> bool:
+        selector = f"{c.LABEL_JOB}={c.names(name).base}"
+        while True:
             try:
-                body = self._get_body(name, ns)
+                body: Optional[dict[str, Any]] = self._get_body(name, ns)
             except JobNotFound:
-                return True
-            return (body.get("metadata") or {}).get("uid") != uid  # a new job of the same name: ours is gone
-
-        def pods_gone() -> bool:
-            items, _ = self._pod_list(name, ns)
-            return not [p for p in items if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
-
-        self._wait_until(lambda: job_gone() and pods_gone(), deadline, name, ns,
-                         f"grpojob {ns}/{name} still exists (or its pods do) {timeout:g}s after its deletion")
-
-    def _wait_until(self, done: Callable[[], bool], deadline: float, name: str, ns: str, message: str) -> None:
-        """Re-check `done` whenever the job's pods or the job change (watch events), with a 2 s floor."""
-        from kubernetes import watch
-
-        while not done():
+                body = None
+            job_gone = body is None or (body.get("metadata") or {}).get("uid") != uid  # a new job of that name
+            items, rv = self._pod_list(name, ns, trainers_only=False)
+            ours = [p for p in items if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
+            if job_gone and not ours:
+                return
             left = deadline - time.monotonic()
             if left <= 0:
-                raise WaitTimeout(message)
-            w = watch.Watch()
-            selector = f"{c.LABEL_JOB}={c.names(name).base}"
-            try:
-                for _ in w.stream(self.core.list_namespaced_pod, ns, label_selector=selector, deserialize=False,
-                                  timeout_seconds=max(1, int(min(left, 2))), _request_timeout=min(left, 2) + 5):
-                    break
-            except Exception:  # noqa: BLE001 — a failed watch only means: check again
-                time.sleep(min(0.2, max(0.0, left)))
-            finally:
-                w.stop()
+                raise WaitTimeout(f"grpojob {ns}/{name} still exists{' (and ' + str(len(ours)) + ' pod(s))' if ours else ''}"
+                                  f" {timeout:g}s after its deletion")
+            # the next pod change (from this list on), or 2 s: the job's own removal comes with no pod event
+            self._watch_once(self.core.list_namespaced_pod, min(left, 2), ns, label_selector=selector,
+                             resource_version=rv)
+
+    @staticmethod
+    def _watch_once(func: Callable[..., Any], timeout: float, *args: Any, **kwargs: Any) -> None:
+        """Block until the first watch event (or `timeout`); any failure of the watch only means: look again."""
+        from kubernetes import watch
+
+        w = watch.Watch()
+        if not kwargs.get("resource_version"):
+            kwargs.pop("resource_version", None)
+        try:
+            for _ in w.stream(func, *args, deserialize=False, timeout_seconds=max(1, int(timeout)),
+                              _request_timeout=timeout + 5, **kwargs):
+                break
+        except Exception:  # noqa: BLE001
+            time.sleep(min(0.5, timeout))
+        finally:
+            w.stop()
 
     # ------------------------------------------------------------------------------------------ wait
     def wait_for_job_status(self, name: str, status: Union[str, Iterable[str]] = ("Succeeded",),
@@ -547,20 +557,9 @@ class _PodLogSource:
             self._responses.remove(resp)
 
     def wait(self, timeout: float) -> None:
-        from kubernetes import watch
-
         selector = f"{c.LABEL_JOB}={c.names(self.name).base},{c.LABEL_RANK}={self.rank}"
-        w = watch.Watch()
-        kw: dict[str, Any] = {"resource_version": self._rv} if self._rv else {}
-        try:
-            for _ in w.stream(self.client.core.list_namespaced_pod, self.namespace, label_selector=selector,
-                              deserialize=False, timeout_seconds=max(1, int(timeout)), _request_timeout=timeout + 5,
-                              **kw):
-                break
-        except Exception:  # noqa: BLE001 — a failed watch (410, dropped) only means: look again
-            time.sleep(min(timeout, 0.5))
-        finally:
-            w.stop()
+        self.client._watch_once(self.client.core.list_namespaced_pod, timeout, self.namespace,
+                                label_selector=selector, resource_version=self._rv)
 
     def close(self) -> None:
         for resp in list(self._responses):
