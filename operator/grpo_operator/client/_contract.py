@@ -6,30 +6,20 @@ from __future__ import annotations
 import typing
 
 from .. import api
+from ..api.status import ConditionType, Phase
 from ..render import manifests
 
 GROUP, VERSION, PLURAL, KIND, API_VERSION = api.GROUP, api.VERSION, api.PLURAL, api.KIND, api.API_VERSION
 
-# Phases and condition types: the API layer's enums (members are strs, so they compare equal to what the server
-# returns). Before api.status existed the phases were the Literal of the status model.
-try:
-    from ..api.status import ConditionType, Phase
-
-    PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
-    (PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED, REJECTED) = (
-        Phase.PENDING.value, Phase.RUNNING.value, Phase.RESTARTING.value, Phase.SUCCEEDED.value, Phase.FAILED.value,
-        Phase.SUSPENDED.value, Phase.REJECTED.value)
-    (C_CREATED, C_RUNNING, C_RESTARTING, C_SUCCEEDED, C_FAILED, C_SUSPENDED, C_REJECTED, C_UNSCHEDULABLE) = (
-        ConditionType.CREATED.value, ConditionType.RUNNING.value, ConditionType.RESTARTING.value,
-        ConditionType.SUCCEEDED.value, ConditionType.FAILED.value, ConditionType.SUSPENDED.value,
-        ConditionType.REJECTED.value, ConditionType.UNSCHEDULABLE.value)
-except ImportError:  # pragma: no cover — the layout before api/status.py
-    _phase_type = api.GRPOJobStatus.model_fields["phase"].annotation
-    PHASES = tuple(a for arg in typing.get_args(_phase_type) for a in typing.get_args(arg))
-    (PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED, REJECTED) = (
-        "Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Rejected")
-    C_CREATED, C_RUNNING, C_RESTARTING, C_SUCCEEDED, C_FAILED, C_SUSPENDED, C_REJECTED, C_UNSCHEDULABLE = (
-        "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Rejected", "Unschedulable")
+# Phases and condition types: the API layer's enums (members are strs: they compare equal to what the server returns).
+PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
+PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED, SUSPENDED, REJECTED = (
+    Phase.PENDING.value, Phase.RUNNING.value, Phase.RESTARTING.value, Phase.SUCCEEDED.value, Phase.FAILED.value,
+    Phase.SUSPENDED.value, Phase.REJECTED.value)
+C_CREATED, C_RUNNING, C_RESTARTING, C_SUCCEEDED, C_FAILED, C_SUSPENDED, C_REJECTED, C_UNSCHEDULABLE, C_QUEUED = (
+    ConditionType.CREATED.value, ConditionType.RUNNING.value, ConditionType.RESTARTING.value,
+    ConditionType.SUCCEEDED.value, ConditionType.FAILED.value, ConditionType.SUSPENDED.value,
+    ConditionType.REJECTED.value, ConditionType.UNSCHEDULABLE.value, ConditionType.QUEUED.value)
 
 LABEL_JOB = manifests.LABEL_JOB
 LABEL_ROLE = manifests.LABEL_ROLE

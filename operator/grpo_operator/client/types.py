@@ -254,12 +254,14 @@ class Job:
 
     @property
     def waiting_for(self) -> str:
-        """Why a Pending job is not running yet, from its Unschedulable condition and current pods ('' if none)."""
+        """Why a Pending job is not running yet: its Queued (Kueue) or Unschedulable condition, else what its current
+        pods wait for ('' if nothing is known)."""
         if self.phase != c.PENDING:
             return ""
-        unsched = self.condition(c.C_UNSCHEDULABLE)
-        if unsched is not None and unsched.status == "True":
-            return unsched.message or "Unschedulable"
+        for ctype in (c.C_QUEUED, c.C_UNSCHEDULABLE):  # the operator's own word first (Kueue, the scheduler)
+            cond = self.condition(ctype)
+            if cond is not None and cond.status == "True":
+                return cond.message or ctype
         current = self.pods_of_attempt()
         gated = [p for p in current if p.gated]
         if gated:

@@ -56,6 +56,11 @@ def test_gated_pods_leave_the_job_pending_and_say_why(b: Any) -> None:
     assert pod is not None and pod.gated and not pod.started
     assert "kueue.x-k8s.io/admission" in pod.detail
     assert "2 pod(s) gated" in job.waiting_for and "admission" in job.waiting_for
+    # the operator's Queued condition (Kueue mode) is the first word on it
+    queued = b.cond("Queued", reason="WaitingForKueue", message="2 pod(s) wait for Kueue to admit their pod group")
+    job = Job.from_dict(b.job({"phase": "Pending", "conditions": [b.cond("Created"), queued]}),
+                        [b.pod(0, 0, gated=True), b.pod(1, 0, gated=True)])
+    assert job.phase == "Pending" and job.waiting_for == "2 pod(s) wait for Kueue to admit their pod group"
 
 
 def test_unschedulable_condition_is_the_reason_to_wait(b: Any) -> None:
