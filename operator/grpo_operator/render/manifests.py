@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from .. import api
 from ..rules import topology
+from . import podgroup
 from .podgroup import parse_quantity
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
@@ -435,15 +436,37 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
 
 def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
            image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
-           metrics_port: int = DEFAULT_METRICS_PORT) -> list[dict[str, Any]]:
-    """Every object the operator creates for a job, in creation order: ConfigMap, Services, pods.
+           metrics_port: int = DEFAULT_METRICS_PORT, kueue_group: Optional[str] = None) -> list[dict[str, Any]]:
+    """Every object the operator creates for a job, in creation order: ConfigMap, Services, the PodGroup of
+    spec.scheduling.gang, pods.
 
     `metrics_port`: the trainer's Prometheus port (config JSON progress.metricsPort and the pods' `metrics`
-    containerPort); 0 turns the trainer's metrics, and with them status.progress, off."""
+    containerPort); 0 turns the trainer's metrics, and with them status.progress, off. `kueue_group`: under Kueue,
+    the pod group the pods join (the lifecycle's choice; default: a new group named after this attempt)."""
     objs: list[dict[str, Any]] = [config_map(job, namespace, uid=uid, metrics_port=metrics_port),
                                   headless_service(job, namespace, uid=uid)]
     if job.spec.vllm.mode == "server":
         objs += vllm_objects(job, topo, namespace, uid=uid, image=image)
     objs += [trainer_pod(job, topo, namespace, r, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port)
              for r in range(topo.nodes)]
+    return _gang(job, namespace, objs, uid=uid, attempt=attempt, kueue_group=kueue_group)
+
+
+def _gang(job: api.GRPOJob, namespace: str, objs: list[dict[str, Any]], *, uid: str, attempt: int,
+          kueue_group: Optional[str]) -> list[dict[str, Any]]:
+    """Gang admission/scheduling (render/podgroup.py): under Kueue per-attempt pod names (hostnames stay) and the
+    pod group; with spec.scheduling.gang the PodGroup, placed before the pods."""
+    n = names(job.metadata.name or "")
+    pods = [o for o in objs if o["kind"] == "Pod"]
+    kueue = podgroup.kueue_queue(job) is not None
+    group = kueue_group or podgroup.kueue_group_name(n.base, uid, attempt)
+    for pod in pods:
+        pod["metadata"]["name"] = podgroup.attempt_pod_name(pod["metadata"]["name"], attempt, kueue=kueue)
+        podgroup.decorate_pod(pod, job, pod_group_name=n.base, kueue_group=group, total=len(pods))
+    labels = {k: v for k, v in _labels(job, n, "trainer").items()
+              if k not in (LABEL_ROLE, "app.kubernetes.io/component", "app.kubernetes.io/name")}
+    pg = podgroup.pod_group(job, pods, name=n.base, namespace=namespace, labels=labels,
+                            annotations={ANNOTATION_JOB: job.metadata.name or ""}, uid=uid)
+    if pg is not None:
+        objs.insert(objs.index(pods[0]), pg)
     return objs

@@ -74,30 +74,32 @@ def job_body(name: str = "qwen", *, nodes: int = 2, scheduling: Any = None, labe
     return {"apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob", "metadata": meta, "spec": spec}
 
 
-def rendered(body: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+def render(body: dict[str, Any], **kw: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """Every object of the job, as the operator and `grpojob render` make them."""
     res = validation.validate(body)
     assert res.valid, res.summary()
-    objs = manifests.render(res.job, res.topology, "ns", uid=body["metadata"]["uid"])
-    return res.job, [o for o in objs if o["kind"] == "Pod"]
+    return res.job, manifests.render(res.job, res.topology, "ns", uid=body["metadata"]["uid"], **kw)
 
 
-def pod_group(job: Any, pods: list[dict[str, Any]], uid: str = "u") -> Any:
-    base = manifests.names(job.metadata.name).base
-    return podgroup.pod_group(job, pods, name=base, namespace="ns", labels={manifests.LABEL_JOB: base},
-                              annotations={manifests.ANNOTATION_JOB: job.metadata.name}, uid=uid)
+def rendered(body: dict[str, Any], **kw: Any) -> tuple[Any, list[dict[str, Any]]]:
+    job, objs = render(body, **kw)
+    return job, [o for o in objs if o["kind"] == "Pod"]
 
 
-def decorate(pod: dict[str, Any], job: Any, kueue_group: str = "g", total: int = 1) -> dict[str, Any]:
-    return podgroup.decorate_pod(pod, job, pod_group_name=manifests.names(job.metadata.name).base,
-                                 kueue_group=kueue_group, total=total)
+def pod_group_of(body: dict[str, Any]) -> Any:
+    _, objs = render(body)
+    groups = [o for o in objs if o["kind"] == "PodGroup"]
+    assert len(groups) <= 1
+    if groups:  # created before every pod
+        assert objs.index(groups[0]) < min(i for i, o in enumerate(objs) if o["kind"] == "Pod")
+    return groups[0] if groups else None
 
 
 @pytest.mark.parametrize("gang, api_version", [("coscheduling", g.COSCHEDULING_API_VERSION),
                                                ("volcano", g.VOLCANO_API_VERSION)])
 @pytest.mark.parametrize("server", [False, True])
 def test_pod_group_is_valid_for_the_real_crd(gang: str, api_version: str, server: bool) -> None:
-    job, pods = rendered(job_body(scheduling={"gang": gang}, server=server))
-    pg = pod_group(job, pods, uid="0b7e8f3a-1111-2222-3333-444455556666")
+    pg = pod_group_of(job_body(scheduling={"gang": gang}, server=server))
     assert pg is not None and pg["apiVersion"] == api_version
     check_against_crd(pg)
     assert pg["metadata"]["name"] == manifests.names("qwen").base == "qwen"
@@ -113,31 +115,29 @@ def test_pod_group_is_valid_for_the_real_crd(gang: str, api_version: str, server
 
 
 def test_coscheduling_spec_fields() -> None:
-    job, pods = rendered(job_body(scheduling={"gang": "coscheduling", "scheduleTimeoutSeconds": 600}))
-    pg = pod_group(job, pods)
+    pg = pod_group_of(job_body(scheduling={"gang": "coscheduling", "scheduleTimeoutSeconds": 600}))
     check_against_crd(pg)
     assert pg["spec"]["scheduleTimeoutSeconds"] == 600 and "queue" not in pg["spec"]
 
 
 def test_volcano_spec_fields() -> None:
-    job, pods = rendered(job_body(scheduling={"gang": "volcano", "queue": "research", "priorityClassName": "high"}))
-    pg = pod_group(job, pods)
+    pg = pod_group_of(job_body(scheduling={"gang": "volcano", "queue": "research", "priorityClassName": "high"}))
     check_against_crd(pg)
     assert pg["spec"]["queue"] == "research" and pg["spec"]["priorityClassName"] == "high"
-    job, pods = rendered(job_body(scheduling={"gang": "volcano"}, template={"priorityClassName": "low"}))
-    pg = pod_group(job, pods)
+    pg = pod_group_of(job_body(scheduling={"gang": "volcano"}, template={"priorityClassName": "low"}))
     assert pg["spec"]["queue"] == "default" and pg["spec"]["priorityClassName"] == "low"
 
 
 def test_no_gang_no_pod_group() -> None:
-    job, pods = rendered(job_body())
-    assert pod_group(job, pods) is None
+    _, objs = render(job_body())
+    assert not [o for o in objs if o["kind"] == "PodGroup"]
+    assert not any(k.startswith(("kueue.x-k8s.io/pod-group", "scheduling.")) for o in objs
+                   for k in {**o["metadata"].get("labels", {}), **o["metadata"].get("annotations", {})})
 
 
 def test_the_schema_check_catches_what_the_api_server_would_prune_or_reject() -> None:
     """The checker is not a rubber stamp: a misspelt key, a wrong type and minMember 0 (coscheduling) all fail."""
-    job, pods = rendered(job_body(scheduling={"gang": "coscheduling"}))
-    pg = pod_group(job, pods)
+    pg = pod_group_of(job_body(scheduling={"gang": "coscheduling"}))
     typo = copy.deepcopy(pg)
     typo["spec"]["minMembers"] = 2
     assert unknown_keys(typo, crd_schema(typo["apiVersion"])) == [".spec.minMembers"]
@@ -150,9 +150,9 @@ def test_the_schema_check_catches_what_the_api_server_would_prune_or_reject() ->
 
 @pytest.mark.parametrize("gang", ["coscheduling", "volcano"])
 def test_pods_point_at_their_pod_group(gang: str) -> None:
-    job, pods = rendered(job_body(scheduling={"gang": gang}, server=True))
+    _, pods = rendered(job_body(scheduling={"gang": gang}, server=True))
+    assert len(pods) == 3
     for pod in pods:
-        decorate(pod, job)
         if gang == "coscheduling":
             assert pod["metadata"]["labels"][g.COSCHEDULING_POD_GROUP_LABEL] == "qwen"
             assert "schedulerName" not in pod["spec"]  # the user's template decides (scheduler-plugins' profile)
@@ -163,15 +163,14 @@ def test_pods_point_at_their_pod_group(gang: str) -> None:
 
 
 def test_volcano_keeps_the_users_scheduler_name() -> None:
-    job, pods = rendered(job_body(scheduling={"gang": "volcano"}, template={"schedulerName": "volcano-gpu"}))
-    assert decorate(pods[0], job)["spec"]["schedulerName"] == "volcano-gpu"
+    _, pods = rendered(job_body(scheduling={"gang": "volcano"}, template={"schedulerName": "volcano-gpu"}))
+    assert {p["spec"]["schedulerName"] for p in pods} == {"volcano-gpu"}
 
 
 def test_kueue_pods_form_one_group_and_set_nothing_kueue_owns() -> None:
-    job, pods = rendered(job_body(labels={g.KUEUE_QUEUE_LABEL: "team-a"}, server=True))
+    _, pods = rendered(job_body(labels={g.KUEUE_QUEUE_LABEL: "team-a"}, server=True))
     group = podgroup.kueue_group_name("qwen", "0b7e8f3a-1111-2222-3333-444455556666", 0)
-    for pod in pods:
-        decorate(pod, job, kueue_group=group, total=len(pods))
+    assert group == "qwen-0b7e8f3a-a0"
     assert {p["metadata"]["labels"][g.KUEUE_QUEUE_LABEL] for p in pods} == {"team-a"}
     assert {p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL] for p in pods} == {group}
     assert {p["metadata"]["annotations"][g.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION] for p in pods} == {"3"}
@@ -257,3 +256,25 @@ def test_scheduling_spec_errors(scheduling: dict[str, Any], field_msg: str) -> N
     res = validation.validate(job_body(scheduling=scheduling))
     assert not res.valid
     assert field_msg in res.summary() and "spec.scheduling" in res.summary()
+
+
+@pytest.mark.parametrize("server", [False, True])
+def test_kueue_pods_of_a_later_attempt_have_new_names_and_the_same_hostnames(server: bool) -> None:
+    body = job_body(labels={g.KUEUE_QUEUE_LABEL: "team-a"}, server=server)
+    _, first = rendered(body, attempt=0)
+    _, later = rendered(body, attempt=3, kueue_group="qwen-0b7e8f3a-a0")
+    assert [p["metadata"]["name"] for p in first] == ["qwen-vllm-0"] * server + ["qwen-node-0", "qwen-node-1"]
+    assert [p["metadata"]["name"] for p in later] == ["qwen-vllm-0-a3"] * server + ["qwen-node-0-a3", "qwen-node-1-a3"]
+    assert [p["spec"].get("hostname") for p in later] == [p["spec"].get("hostname") for p in first]
+    assert [p["spec"].get("subdomain") for p in later] == [p["spec"].get("subdomain") for p in first]
+    assert [p["spec"]["containers"][0].get("args") for p in later if "hostname" in p["spec"]] and all(
+        "--rdzv-endpoint=qwen-node-0.qwen:29400" in p["spec"]["containers"][0]["args"]
+        for p in later if "hostname" in p["spec"])
+    # the replacements join the run's group (the lifecycle's choice)
+    assert {p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL] for p in later} == {"qwen-0b7e8f3a-a0"}
+    assert {p["metadata"]["labels"]["grpo.dev/attempt"] for p in later if "hostname" in p["spec"]} == {"3"}
+
+
+def test_without_kueue_names_stay_per_rank() -> None:
+    _, later = rendered(job_body(), attempt=3)
+    assert [p["metadata"]["name"] for p in later] == ["qwen-node-0", "qwen-node-1"]
