@@ -183,7 +183,8 @@ def describe_text(job: Any, events: Sequence[Any]) -> str:
     waiting = job.waiting_for
     if waiting:
         out.append(f"Waiting for:  {waiting}")
-    out += [f"Attempt:      {job.attempt} (gang restarts so far)", f"Nodes:        {job.nodes}"
+    requeued = f", {job.requeues} by Kueue" if job.requeues else ""
+    out += [f"Attempt:      {job.attempt} (gang restarts so far{requeued})", f"Nodes:        {job.nodes}"
             + (f" ({job.topology} nodes×processes)" if job.topology else ""),
             f"Suspend:      {str(job.suspended).lower()}"]
     if job.queue:

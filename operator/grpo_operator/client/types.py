@@ -197,6 +197,7 @@ class Job:
     conditions: tuple[Condition, ...] = ()
     progress: Optional[Progress] = None
     last_failure_reason: Optional[str] = None
+    requeues: int = 0  # of the restarts, those Kueue caused by evicting the job (not charged to backoffLimit)
     uid: str = ""
     generation: Optional[int] = None
     observed_generation: Optional[int] = None
@@ -226,6 +227,7 @@ class Job:
             queue=_dict(meta.get("labels")).get(c.QUEUE_LABEL),
             conditions=tuple(Condition.from_dict(d) for d in status.get("conditions") or [] if isinstance(d, dict)),
             progress=Progress.from_dict(status.get("progress")), last_failure_reason=status.get("lastFailureReason"),
+            requeues=_int(status.get("requeues"), 0) or 0,
             uid=uid, generation=_int(meta.get("generation")), observed_generation=_int(status.get("observedGeneration")),
             creation_timestamp=meta.get("creationTimestamp"), start_time=status.get("startTime"),
             completion_time=status.get("completionTime"), pods=tuple(node_pods), raw=dict(body))

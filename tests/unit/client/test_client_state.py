@@ -109,11 +109,12 @@ def test_progress_and_summary(b: Any) -> None:
     p = Progress.from_dict({"step": 5, "maxSteps": 20, "reward": 0.5, "display": "5/20", "newField": 1})
     assert p is not None and p.fraction == 0.25 and p.extra == {"newField": 1}
     assert Progress.from_dict({}) is None and Progress.from_dict(None) is None
-    job = Job.from_dict(b.job({"phase": "Running", "restarts": 2, "progress": {"step": 5, "maxSteps": 20},
+    job = Job.from_dict(b.job({"phase": "Running", "restarts": 2, "requeues": 1, "progress": {"step": 5, "maxSteps": 20},
                                   "topology": "2x4", "observedGeneration": 1}, labels={
         "kueue.x-k8s.io/queue-name": "team-a"}))
     d = job.as_dict()
     assert d["phase"] == "Running" and d["attempt"] == 2 and d["queue"] == "team-a" and "raw" not in d
+    assert d["requeues"] == 1
     assert d["progress"] == {"step": 5, "max_steps": 20} and job.up_to_date
 
 
