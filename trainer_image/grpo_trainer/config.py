@@ -9,9 +9,9 @@ import types
 import typing
 from typing import Any
 
+from .contract import SCHEMA_VERSION
 from .exitcodes import CONFIG, TrainerError
 
-SCHEMA_VERSION = 1
 VLLM_MODES = ("colocate", "server", "none")
 
 

@@ -1,7 +1,6 @@
-"""The trainer's exit-code contract: 0 success, 1-127 permanent (do not retry), >=128 retryable.
-
-The operator's rule is exactly that: a pod that ends with 1-127 fails the job, one that ends with 128 or
-more (or is killed by a signal) is restarted and resumes from the latest checkpoint. See docs/trainer.md.
+"""Exit codes at work in the trainer: TrainerError (a code and a one-line message) and the classification of
+exceptions. The codes and the retry rule (0 success, 1-127 permanent, >=128 retryable) are the operator↔trainer
+contract: contract.py. See docs/trainer.md.
 """
 
 from __future__ import annotations
@@ -9,46 +8,9 @@ from __future__ import annotations
 import errno
 import os
 
-OK = 0
-
-# Permanent (1-127): rerunning the same spec fails the same way.
-INTERNAL = 1  # an unexpected exception in the trainer (a bug): traceback on stderr
-CONFIG = 10  # the config JSON is unreadable, misses a key, or a GRPOConfig argument is invalid
-DATASET = 11  # the dataset cannot be loaded, or the prompt/answer column does not exist
-REWARD = 12  # unknown built-in reward, or a custom reward that cannot be imported
-BATCH = 13  # TRL's batch arithmetic rejected the spec at this world size (TRL's own message)
-MODEL = 14  # the model or tokenizer cannot be loaded (no such path/repo, bad files)
-CHECKPOINT = 15  # the checkpoint to resume from exists but cannot be loaded
-STORAGE = 16  # the output directory cannot be written (permissions, read-only or full volume)
-
-# Retryable (>=128). 128+N is "killed by signal N" (143 = SIGTERM, 137 = SIGKILL e.g. the OOM killer).
-SIGNAL_BASE = 128
-PREEMPTED = 128 + 15  # SIGTERM received: a checkpoint was saved when possible, then exit 143
-DISTRIBUTED = 200  # gloo/NCCL timeout or a lost peer; rendezvous failure (peers never arrived)
-ACCELERATOR_OOM = 201  # CUDA out of memory (torch.OutOfMemoryError)
-TRANSIENT_IO = 202  # the model/dataset hub or a network file system was unreachable
-
-PERMANENT = {
-    INTERNAL: "internal error",
-    CONFIG: "config error",
-    DATASET: "dataset error",
-    REWARD: "reward error",
-    BATCH: "batch size error",
-    MODEL: "model error",
-    CHECKPOINT: "checkpoint error",
-    STORAGE: "storage error",
-}
-RETRYABLE = {
-    PREEMPTED: "preempted (SIGTERM)",
-    DISTRIBUTED: "distributed communication failure",
-    ACCELERATOR_OOM: "accelerator out of memory",
-    TRANSIENT_IO: "transient I/O failure",
-}
-
-
-def is_retryable(code: int) -> bool:
-    """The operator's rule: 0 is success, 1-127 permanent, 128-255 (and any signal) retryable."""
-    return code >= SIGNAL_BASE or code < 0
+# The codes themselves are the operator↔trainer contract (contract.py); re-exported here for the trainer's modules.
+from .contract import (ACCELERATOR_OOM, BATCH, CHECKPOINT, CONFIG, DATASET, DISTRIBUTED, INTERNAL, MODEL, OK,  # noqa: F401
+                       PERMANENT, PREEMPTED, RETRYABLE, REWARD, SIGNAL_BASE, STORAGE, TRANSIENT_IO, is_retryable)
 
 
 def from_returncode(returncode: int) -> int:

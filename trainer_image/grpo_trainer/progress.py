@@ -11,10 +11,9 @@ from collections import deque
 
 from transformers import TrainerCallback
 
+from .contract import PROGRESS_PREFIX as PREFIX
+from .contract import RESULT_PREFIX
 from .metrics import finite
-
-PREFIX = "GRPO_PROGRESS "
-RESULT_PREFIX = "GRPO_RESULT "
 
 # progress field -> TRL log key
 _FIELDS = {"reward": "reward", "rewardStd": "reward_std", "kl": "kl", "completionLength": "completions/mean_length",

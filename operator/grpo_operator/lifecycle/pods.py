@@ -8,14 +8,15 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
+from grpo_trainer import contract
+
 from .. import api
 from ..api.status import Reason
-from ..render import manifests
 from .conditions import parse_time
 from .gang import GangFacts, facts as gang_facts
 
-ROLE_TRAINER = "trainer"
-ROLE_VLLM = "vllm-server"
+ROLE_TRAINER = contract.ROLE_TRAINER
+ROLE_VLLM = contract.ROLE_VLLM
 OWNER_KIND = api.KIND
 
 
@@ -89,7 +90,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
         refs = meta.get("ownerReferences") or []
         if refs:
             owner_uid, owner_kind = refs[0].get("uid"), refs[0].get("kind")
-    rank_label = labels.get(manifests.LABEL_RANK)
+    rank_label = labels.get(contract.LABEL_RANK)
     exit_code = sig = None
     reason = status.get("reason")
     message = status.get("message")
@@ -116,9 +117,9 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
     return PodInfo(
         name=meta.get("name", ""),
         uid=meta.get("uid"),
-        role=labels.get(manifests.LABEL_ROLE, ROLE_TRAINER),
+        role=labels.get(contract.LABEL_ROLE, ROLE_TRAINER),
         rank=as_int(rank_label) if rank_label is not None else None,
-        attempt=as_int(annotations.get(manifests.ANNOTATION_ATTEMPT), 0),
+        attempt=as_int(annotations.get(contract.ANNOTATION_ATTEMPT), 0),
         owner_uid=owner_uid,
         owner_kind=owner_kind,
         phase=status.get("phase") or PodPhase.PENDING,
@@ -156,19 +157,26 @@ def classify(pod: PodInfo) -> Optional[Failure]:
         return Failure(True, Reason.OOM_KILLED, f"pod {pod.name} was OOM-killed (exit {pod.exit_code}){detail}")
     if pod.signal:
         return Failure(True, f"Signal{pod.signal}", f"pod {pod.name} was killed by signal {pod.signal}{detail}")
-    if pod.exit_code is not None:
-        if pod.exit_code >= 128:
-            return Failure(True, f"ExitCode{pod.exit_code}",
-                           f"pod {pod.name} exited with code {pod.exit_code} (signal {pod.exit_code - 128}; retryable){detail}")
-        if 1 <= pod.exit_code <= 127:
-            return Failure(False, f"ExitCode{pod.exit_code}",
-                           f"pod {pod.name} exited with code {pod.exit_code}: a permanent error (configuration, "
-                           f"data, import or batch); not retried{detail}")
-        if pod.exit_code < 0:
-            return Failure(True, f"ExitCode{pod.exit_code}", f"pod {pod.name} exited with code {pod.exit_code}{detail}")
+    if pod.exit_code is not None and pod.exit_code != contract.OK:
+        return exit_failure(pod.name, pod.exit_code, detail)
     reason = pod.reason or Reason.POD_FAILED
     return Failure(True, reason if reason[:1].isupper() else Reason.POD_FAILED,
                    f"pod {pod.name} failed ({reason}){detail}")
+
+
+def exit_failure(pod: str, code: int, detail: str = "") -> Failure:
+    """A failed pod's exit code under the trainer's contract: 1-127 permanent, >=128 (or negative) retryable; the
+    reason names the trainer's codes (DatasetError) and says ExitCode<N> for the others."""
+    reason, retryable = contract.exit_reason(code), contract.is_retryable(code)
+    known = contract.PERMANENT.get(code) or contract.RETRYABLE.get(code)
+    what = f" ({known})" if known else ""
+    if not retryable:
+        return Failure(False, reason, f"pod {pod} exited with code {code}{what}: a permanent error (configuration, "
+                                      f"data, import or batch); not retried{detail}")
+    if code >= contract.SIGNAL_BASE:
+        return Failure(True, reason, f"pod {pod} exited with code {code} ({known or f'signal {code - 128}'}; "
+                                     f"retryable){detail}")
+    return Failure(True, reason, f"pod {pod} exited with code {code}{detail}")
 
 
 # ---------------------------------------------------------------------------------------------- sorting

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
+from grpo_trainer import contract
+
 # trainer gauge → status.progress field
 GAUGES = {
     "grpo_trainer_step": "step",
@@ -141,7 +143,7 @@ def to_progress(scrape: Scrape, previous: Optional[Mapping[str, Any]] = None) ->
     return dict(sorted(out.items()))
 
 
-RESULT_PREFIX = "GRPO_RESULT "  # the trainer's final record in its pod's termination message
+RESULT_PREFIX = contract.RESULT_PREFIX  # the trainer's final record in its pod's termination message
 
 
 def from_result_message(message: Optional[str], previous: Optional[Mapping[str, Any]] = None,

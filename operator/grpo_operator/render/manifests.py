@@ -12,27 +12,24 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Optional
 
+from grpo_trainer import contract
+
 from .. import api
 from ..rules import topology
 from . import podgroup
 from .podgroup import parse_quantity
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
-C10D_PORT = 29400
-# The trainer's Prometheus endpoint (local rank 0 of each node; docs/observability.md). 0 = off.
-DEFAULT_METRICS_PORT = 9400
-METRICS_PORT_NAME = "metrics"
-CONFIG_DIR = "/etc/grpo"
-CONFIG_FILE = f"{CONFIG_DIR}/config.json"
 TRAINER_MODULE = "grpo_trainer"
 RUN_AS = 1000
-
-LABEL_JOB = "grpo.dev/job-name"
-LABEL_ROLE = "grpo.dev/role"
-LABEL_RANK = "grpo.dev/node-rank"
-ANNOTATION_ATTEMPT = "grpo.dev/attempt"
-LABEL_ATTEMPT = "grpo.dev/attempt"  # the same key as a label too, so that clients can select one attempt's pods
-ANNOTATION_JOB = "grpo.dev/job-full-name"
+# Names, ports and files the trainer relies on: the operator↔trainer contract (grpo_trainer/contract.py)
+C10D_PORT = contract.C10D_PORT
+DEFAULT_METRICS_PORT = contract.METRICS_PORT  # the trainer's Prometheus endpoint (docs/observability.md); 0 = off
+METRICS_PORT_NAME = contract.METRICS_PORT_NAME
+CONFIG_DIR, CONFIG_FILE = contract.CONFIG_DIR, contract.CONFIG_FILE
+LABEL_JOB, LABEL_ROLE, LABEL_RANK = contract.LABEL_JOB, contract.LABEL_ROLE, contract.LABEL_RANK
+LABEL_ATTEMPT = contract.LABEL_ATTEMPT  # so that clients can select one attempt's pods
+ANNOTATION_ATTEMPT, ANNOTATION_JOB = contract.ANNOTATION_ATTEMPT, contract.ANNOTATION_JOB
 PASS_THROUGH_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
 
 # Pod hostnames are DNS labels (≤ 63): "<base>-node-<rank>" with rank < 1024 needs 10 characters.
@@ -110,7 +107,7 @@ def trainer_config(job: api.GRPOJob, namespace: str, uid: str = "", output_dir: 
     if spec.vllm.mode == "server":
         server_host = f"{n.vllm}.{namespace}.svc"
     return {
-        "schemaVersion": 1,
+        "schemaVersion": contract.SCHEMA_VERSION,
         "job": {"name": job.metadata.name, "namespace": namespace, "uid": uid},
         "model": spec.model,
         "dataset": spec.dataset.model_dump(),

@@ -86,7 +86,7 @@ def test_job_lifecycle_running_retry_success_and_gc(operator_process, kubectl, k
     assert not old_uids & {p["metadata"]["uid"] for p in new}
     assert all(f"-1" in " ".join(p["spec"]["containers"][0]["args"]) for p in new)  # new rendezvous id
     st = wait_job(k, ns, "train", lambda s: s.get("restarts") == 1 and s.get("phase") == "Pending")["status"]
-    assert st["lastFailureReason"] == "ExitCode143" and cond(st, "Restarting")["status"] == "False"
+    assert st["lastFailureReason"] == "Preempted" and cond(st, "Restarting")["status"] == "False"
 
     for p in new:
         pod_running(k, ns, p["metadata"]["name"])
@@ -122,8 +122,8 @@ def test_permanent_failure_fails_without_restart(operator_process, kubectl, k8s_
     wait_job(k, ns, "perm", lambda s: s.get("phase") == "Running")
     pod_exit(k, ns, "perm-node-0", 1)
     st = wait_job(k, ns, "perm", lambda s: s.get("phase") == "Failed")["status"]
-    assert st["restarts"] == 0 and st["lastFailureReason"] == "ExitCode1" and st["completionTime"]
-    assert cond(st, "Failed")["reason"] == "ExitCode1"
+    assert st["restarts"] == 0 and st["lastFailureReason"] == "InternalError" and st["completionTime"]
+    assert cond(st, "Failed")["reason"] == "InternalError"
     # the other node is stopped; nothing is recreated
     wait_until(lambda: [p["metadata"]["name"] for p in pods_of(k, ns, "perm")] == ["perm-node-0"], 30, 0.3,
                what="running node deleted")

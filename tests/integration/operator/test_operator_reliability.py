@@ -96,7 +96,7 @@ def test_apiserver_and_etcd_restart_failures_are_acted_on(controlplane_factory, 
         cp.restart(kill=True, downtime=2.0)
         # … and one written the moment the API is back, before the operator's watches reconnect
         pod_exit(k, ns, "b-node-1", 143)
-        for job, reason in (("a", "OOMKilled"), ("b", "ExitCode143")):
+        for job, reason in (("a", "OOMKilled"), ("b", "Preempted")):
             st = wait_job(k, ns, job, lambda s: s.get("restarts") == 1, timeout=90)["status"]
             assert st["lastFailureReason"] == reason
             wait_pods(k, ns, job, 2, attempt=1, timeout=60)

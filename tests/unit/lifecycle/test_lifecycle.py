@@ -46,12 +46,12 @@ def cond(status: dict[str, Any], ctype: str) -> dict[str, Any] | None:
     ("Running", {}, None, None),
     ("Pending", {}, None, None),
     ("Succeeded", {"exit_code": 0}, None, None),
-    ("Failed", {"exit_code": 1}, False, "ExitCode1"),
+    ("Failed", {"exit_code": 1}, False, "InternalError"),
     ("Failed", {"exit_code": 2}, False, "ExitCode2"),
     ("Failed", {"exit_code": 127}, False, "ExitCode127"),
     ("Failed", {"exit_code": 128}, True, "ExitCode128"),
     ("Failed", {"exit_code": 137}, True, "ExitCode137"),
-    ("Failed", {"exit_code": 143}, True, "ExitCode143"),
+    ("Failed", {"exit_code": 143}, True, "Preempted"),
     ("Failed", {"exit_code": 255}, True, "ExitCode255"),
     ("Failed", {"exit_code": 1, "signal": 9}, True, "Signal9"),
     ("Failed", {"exit_code": 137, "container_reason": "OOMKilled"}, True, "OOMKilled"),
@@ -200,8 +200,8 @@ def test_permanent_failure_fails_without_restart() -> None:
     body = job_body("job", nodes=2, uid=UID, status=dict(RUNNING))
     dec = decide(body, [pod(0, "Failed", exit_code=1), pod(1, "Running")])
     st = dec.status
-    assert st["phase"] == "Failed" and st["restarts"] == 0 and st["lastFailureReason"] == "ExitCode1"
-    assert st["completionTime"] and cond(st, "Failed")["reason"] == "ExitCode1"
+    assert st["phase"] == "Failed" and st["restarts"] == 0 and st["lastFailureReason"] == "InternalError"
+    assert st["completionTime"] and cond(st, "Failed")["reason"] == "InternalError"
     assert dec.delete_pods == ["job-node-1"] and not dec.create_pods
     assert any(e.type == "Warning" and e.reason == "Failed" for e in dec.events)
 

@@ -141,11 +141,11 @@ def test_delete_other_attempts_and_note_conflicts() -> None:
 
 @pytest.mark.parametrize("phase, pods, restarts, limit, settled, new_phase, reason, new_restarts", [
     ("Running", [pod(0), pod(1)], 0, 3, False, "Running", None, 0),
-    ("Running", [pod(0, "Failed", exit_code=143), pod(1)], 0, 3, True, Phase.RESTARTING, "ExitCode143", 1),
+    ("Running", [pod(0, "Failed", exit_code=143), pod(1)], 0, 3, True, Phase.RESTARTING, "Preempted", 1),
     ("Running", [pod(0, "Failed", exit_code=143, attempt=3), pod(1, attempt=3)], 3, 3, True, Phase.FAILED,
-     "ExitCode143", 3),
+     "Preempted", 3),
     ("Running", [pod(0, "Failed", exit_code=11), pod(1, "Failed", exit_code=143)], 0, 3, True, Phase.FAILED,
-     "ExitCode11", 0),
+     "DatasetError", 0),
     ("Running", [pod(0)], 0, 3, True, Phase.RESTARTING, Reason.POD_DELETED, 1),  # node-1 disappeared
     ("Running", [pod(0), pod(1, deleting=True)], 0, 3, True, Phase.RESTARTING, Reason.POD_DELETED, 1),
     ("Pending", [pod(0, "Pending"), pod(1, "Pending", deleting=True)], 0, 3, False, "Pending", None, 0),

@@ -1,0 +1,101 @@
+"""The contract between the operator and the trainer, defined once: pod labels and annotations, ports, files, the
+config schema version, the progress/result line prefixes and the exit codes.
+
+The trainer imports nothing from the operator at run time; the operator imports this module (the operator image
+carries grpo_trainer's sources). So it imports nothing but the standard library, and nothing heavy ever: importing
+it must not pull in torch, transformers or TRL (tests/unit/test_layers.py checks that).
+
+Exit codes: 0 success, 1-127 permanent (rerunning the same spec fails the same way: the job fails), 128 and more
+retryable (128+N is "killed by signal N"; the operator restarts the gang, which resumes from the latest
+checkpoint). status.lastFailureReason names the trainer's codes (DatasetError, Preempted, ...): EXIT_REASONS.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------------------------------------- config
+SCHEMA_VERSION = 1  # of the config JSON the operator renders (docs/trainer-config.md)
+CONFIG_DIR = "/etc/grpo"
+CONFIG_FILE = f"{CONFIG_DIR}/config.json"
+
+# ---------------------------------------------------------------------------------------------- pods
+LABEL_JOB = "grpo.dev/job-name"
+LABEL_ROLE = "grpo.dev/role"
+LABEL_RANK = "grpo.dev/node-rank"
+LABEL_ATTEMPT = "grpo.dev/attempt"  # selectable: one attempt's pods
+ANNOTATION_ATTEMPT = "grpo.dev/attempt"  # the same key as an annotation: what the lifecycle reads
+ANNOTATION_JOB = "grpo.dev/job-full-name"
+ROLE_TRAINER = "trainer"
+ROLE_VLLM = "vllm-server"
+
+# ---------------------------------------------------------------------------------------------- ports
+C10D_PORT = 29400  # torchrun's rendezvous on the rank-0 pod
+METRICS_PORT = 9400  # the trainer's Prometheus /metrics (local rank 0 of each node); progress.metricsPort, 0 = off
+METRICS_PORT_NAME = "metrics"  # the container port's name: where the operator scrapes
+
+# ---------------------------------------------------------------------------------------------- output
+PROGRESS_PREFIX = "GRPO_PROGRESS "  # a progress record on stdout (global rank 0)
+RESULT_PREFIX = "GRPO_RESULT "  # the final record, in the pod's termination message
+TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_LOG_ENV = "GRPO_TERMINATION_LOG"  # overrides TERMINATION_LOG (tests, local runs)
+
+# ---------------------------------------------------------------------------------------------- exit codes
+OK = 0
+
+# Permanent (1-127): rerunning the same spec fails the same way.
+INTERNAL = 1  # an unexpected exception in the trainer (a bug): traceback on stderr
+CONFIG = 10  # the config JSON is unreadable, misses a key, or a GRPOConfig argument is invalid
+DATASET = 11  # the dataset cannot be loaded, or the prompt/answer column does not exist
+REWARD = 12  # unknown built-in reward, or a custom reward that cannot be imported
+BATCH = 13  # TRL's batch arithmetic rejected the spec at this world size (TRL's own message)
+MODEL = 14  # the model or tokenizer cannot be loaded (no such path/repo, bad files)
+CHECKPOINT = 15  # the checkpoint to resume from exists but cannot be loaded
+STORAGE = 16  # the output directory cannot be written (permissions, read-only or full volume)
+
+# Retryable (>=128). 128+N is "killed by signal N" (143 = SIGTERM, 137 = SIGKILL e.g. the OOM killer).
+SIGNAL_BASE = 128
+PREEMPTED = 128 + 15  # SIGTERM received: a checkpoint was saved when possible, then exit 143
+DISTRIBUTED = 200  # gloo/NCCL timeout or a lost peer; rendezvous failure (peers never arrived)
+ACCELERATOR_OOM = 201  # CUDA out of memory (torch.OutOfMemoryError)
+TRANSIENT_IO = 202  # the model/dataset hub or a network file system was unreachable
+
+PERMANENT = {
+    INTERNAL: "internal error",
+    CONFIG: "config error",
+    DATASET: "dataset error",
+    REWARD: "reward error",
+    BATCH: "batch size error",
+    MODEL: "model error",
+    CHECKPOINT: "checkpoint error",
+    STORAGE: "storage error",
+}
+RETRYABLE = {
+    PREEMPTED: "preempted (SIGTERM)",
+    DISTRIBUTED: "distributed communication failure",
+    ACCELERATOR_OOM: "accelerator out of memory",
+    TRANSIENT_IO: "transient I/O failure",
+}
+# status.lastFailureReason (and the Failed/Restarting condition's reason) of a pod that exited with the code
+EXIT_REASONS = {
+    INTERNAL: "InternalError",
+    CONFIG: "ConfigError",
+    DATASET: "DatasetError",
+    REWARD: "RewardError",
+    BATCH: "BatchError",
+    MODEL: "ModelError",
+    CHECKPOINT: "CheckpointError",
+    STORAGE: "StorageError",
+    PREEMPTED: "Preempted",
+    DISTRIBUTED: "DistributedError",
+    ACCELERATOR_OOM: "AcceleratorOutOfMemory",
+    TRANSIENT_IO: "TransientIOError",
+}
+
+
+def is_retryable(code: int) -> bool:
+    """The operator's rule: 0 is success, 1-127 permanent, 128-255 (and any signal) retryable."""
+    return code >= SIGNAL_BASE or code < 0
+
+
+def exit_reason(code: int) -> str:
+    """A failed pod's exit code by name (DatasetError), or ExitCode<N> for a code the trainer does not define."""
+    return EXIT_REASONS.get(code, f"ExitCode{code}")
