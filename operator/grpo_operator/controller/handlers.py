@@ -41,6 +41,7 @@ from ..api.status import TERMINAL, Phase
 from . import events
 from . import kube
 from .. import lifecycle
+from ..api import gang as gang_names
 from ..render import manifests
 from . import podwatch
 from ..rules import validation
@@ -384,7 +385,8 @@ class Controller:
         create_task = None
         if creating and not destructive:
             create_task = asyncio.get_running_loop().create_task(
-                self._create(key, body, res, dec.create_attempt, dec.create_pods))  # type: ignore[arg-type]
+                self._create(key, body, res, dec.create_attempt, dec.create_pods,  # type: ignore[arg-type]
+                             dec.kueue_group))
             creating = False
         try:
             if dec.status is not None:
@@ -428,11 +430,15 @@ class Controller:
             if self._delete_due((ns, pod, "force"), now, 30.0):
                 self.events.record(body, lifecycle.JobEvent("Warning", "ForceDeleted", why))
                 dels.append(self._delete_pod(ns, pod, uids.get(pod), grace_seconds=0))
+        for pod in dec.end_kueue_groups:  # decide() repeats these until the pods show the annotation
+            if self._delete_due((ns, pod, "unretriable"), now, 5.0):
+                dels.append(self._end_kueue_group(ns, pod))
         if dels:
             await asyncio.gather(*dels)
         # 4. creations
         if creating:
-            await self._create(key, body, res, dec.create_attempt, dec.create_pods)  # type: ignore[arg-type]
+            await self._create(key, body, res, dec.create_attempt, dec.create_pods,  # type: ignore[arg-type]
+                               dec.kueue_group)
         if dec.requeue_after is not None:
             self.kick_later(key, dec.requeue_after + 0.05)
         if len(self._expect_delete) > 10000:
@@ -551,28 +557,42 @@ class Controller:
         except kube.Conflict:  # uid precondition failed: a newer pod of that name; leave it
             pass
 
+    async def _end_kueue_group(self, ns: str, pod: str) -> None:
+        """kueue.x-k8s.io/retriable-in-group: "false" on one pod ends its Kueue pod group: Kueue finishes the
+        Workload once none of the group's pods runs, releases the quota and removes its finalizers."""
+        assert self.kube is not None
+        try:
+            async with self._sem:
+                await self.kube.patch("Pod", ns, pod, {"metadata": {"annotations": {
+                    gang_names.KUEUE_RETRIABLE_IN_GROUP_ANNOTATION: gang_names.KUEUE_RETRIABLE_IN_GROUP_FALSE}}})
+        except kube.NotFound:
+            pass
+        except kube.ApiError as exc:
+            log.warning("cannot end the Kueue pod group of pod %s/%s (%s); the operator needs patch on pods "
+                        "(chart: rbac.kueue=true)", ns, pod, exc)
+
     async def _create(self, key: Key, body: dict[str, Any], res: validation.ValidationResult, attempt: int,
-                      pod_names: list[str]) -> None:
+                      pod_names: list[str], kueue_group: Optional[str] = None) -> None:
         assert self.kube is not None and res.job is not None and res.topology is not None
         ns, name = key
         uid = (body.get("metadata") or {}).get("uid", "")
         objs = manifests.render(res.job, res.topology, ns, uid=uid, image=self.config.image, attempt=attempt,
-                                metrics_port=self.config.trainer_metrics_port)
+                                metrics_port=self.config.trainer_metrics_port, kueue_group=kueue_group)
         wanted = set(pod_names)
         support = [o for o in objs if o["kind"] != "Pod"]
         pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["name"] in wanted]
         for o in pods:  # render() annotates trainer pods only; the vLLM server pod belongs to the attempt too
             o["metadata"].setdefault("annotations", {})[manifests.ANNOTATION_ATTEMPT] = str(attempt)
-        results = await asyncio.gather(*(self._create_one(key, uid, o) for o in support))
+        results = await asyncio.gather(*(self._create_one(key, uid, o, body) for o in support))
         if not all(results):
-            return  # a ConfigMap/Service of ours is owned by something else: pods would use the wrong one
+            return  # a ConfigMap/Service/PodGroup of ours is missing or owned by something else: pods would use the wrong one
         exp = self._expect_create.setdefault(key, {})
         t = time.monotonic()
         for p in pods:
             exp[p["metadata"]["name"]] = (attempt, t)
         await asyncio.gather(*(self._create_one(key, uid, o) for o in pods))
 
-    async def _create_one(self, key: Key, uid: str, obj: dict[str, Any]) -> bool:
+    async def _create_one(self, key: Key, uid: str, obj: dict[str, Any], job: Optional[dict[str, Any]] = None) -> bool:
         assert self.kube is not None
         kind, ns, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
         try:
@@ -582,9 +602,22 @@ class Controller:
             return True
         except kube.Conflict:
             pass  # AlreadyExists (or our own ambiguous earlier write): ours is success
+        except kube.ApiError as exc:
+            if kind not in kube.GROUP_PLURALS or exc.status not in (403, 404):
+                raise
+            # the gang scheduler's CRD is not installed, or the operator may not create PodGroups: no pods (the
+            # scheduler would refuse them, or schedule them one by one); say so, and try again later
+            why = (f"cannot create {obj['apiVersion']} {kind} {name} for spec.scheduling.gang ({exc.status} "
+                   f"{exc.reason}): install the scheduler's PodGroup CRD and grant the operator podgroups "
+                   f"(chart: rbac.podGroups=true); the pods are created once it exists")
+            log.warning("%s/%s: %s", ns, key[1], why)
+            if job is not None and self._delete_due((ns, name, "pod-group-event"), time.monotonic(), 300.0):
+                self.events.record(job, lifecycle.JobEvent("Warning", "PodGroupNotCreated", why))
+            self.kick_later(key, 30.0)
+            return False
         try:
             async with self._sem:
-                existing = await self.kube.get(kind, ns, name)
+                existing = await self.kube.get(kind, ns, name, api_version=obj.get("apiVersion"))
         except kube.NotFound:
             self.kick_later(key, 0.5)  # it was being deleted; try again
             return False

@@ -61,9 +61,16 @@ def decode_lines(buffer: bytearray, chunk: bytes) -> list[dict[str, Any]]:
             out.append(json.loads(line))
 
 
-def path_for(kind: str, namespace: str, name: Optional[str] = None, subresource: Optional[str] = None) -> str:
+# Objects of other API groups the operator creates (the gang schedulers' PodGroups): kind → plural.
+GROUP_PLURALS = {"PodGroup": "podgroups"}
+
+
+def path_for(kind: str, namespace: str, name: Optional[str] = None, subresource: Optional[str] = None,
+             api_version: Optional[str] = None) -> str:
     if kind == "GRPOJob":
         base = f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{quote(namespace)}/{api.PLURAL}"
+    elif kind in GROUP_PLURALS and api_version and "/" in api_version:
+        base = f"/apis/{api_version}/namespaces/{quote(namespace)}/{GROUP_PLURALS[kind]}"
     elif kind == "Event":
         base = f"/api/v1/namespaces/{quote(namespace)}/events"
     else:
@@ -175,10 +182,15 @@ class Kube:
     async def create(self, obj: dict[str, Any], *, want_body: bool = False) -> Optional[dict[str, Any]]:
         """POST the object; its stored form only when `want_body` (decoding it costs more than sending it)."""
         meta = obj["metadata"]
-        return await self.request("POST", path_for(obj["kind"], meta["namespace"]), body=obj, decode=want_body)
+        return await self.request("POST", path_for(obj["kind"], meta["namespace"], api_version=obj.get("apiVersion")),
+                                  body=obj, decode=want_body)
 
-    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
-        return await self.request("GET", path_for(kind, namespace, name))
+    async def get(self, kind: str, namespace: str, name: str, api_version: Optional[str] = None) -> dict[str, Any]:
+        return await self.request("GET", path_for(kind, namespace, name, api_version=api_version))
+
+    async def patch(self, kind: str, namespace: str, name: str, merge_patch: dict[str, Any]) -> None:
+        await self.request("PATCH", path_for(kind, namespace, name), body=merge_patch, content_type=MERGE_PATCH,
+                           decode=False)
 
     async def delete(self, kind: str, namespace: str, name: str, *, propagation: Optional[str] = None,
                      uid: Optional[str] = None, grace_seconds: Optional[int] = None) -> bool:
