@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -230,6 +231,10 @@ def test_delete_wait(env: dict[str, str], client: Any, crd: Any, k8s_namespace: 
     ns = k8s_namespace
     client.create_job(manifest("del", nodes=2))
     wait_pods(client, "del", 2)
+    # a follower waiting on a pod that never starts (real pod watches on the real API server) ends with the job
+    got: list[Any] = []
+    follower = threading.Thread(target=lambda: got.extend(client.follow_job_logs("del", 1, follow=True)), daemon=True)
+    follower.start()
     t0 = time.monotonic()
     r = grpo(env, "delete", "del", "--wait", "-n", ns)
     assert r.returncode == 0 and r.stdout.strip() == "grpojob.grpo.dev/del deleted", r.stderr
@@ -238,5 +243,7 @@ def test_delete_wait(env: dict[str, str], client: Any, crd: Any, k8s_namespace: 
     pods = crd.kubectl.json("get", "pods", "-n", ns, "-l", "grpo.dev/job-name=del")["items"]
     assert pods == [], [p["metadata"]["name"] for p in pods]
     assert time.monotonic() - t0 < 60
+    follower.join(30)
+    assert not follower.is_alive() and got == []
     r = grpo(env, "delete", "del", "-n", ns)
     assert r.returncode == 1 and "not found" in one_line_error(r)
