@@ -206,13 +206,3 @@ def decorate_pod(pod: dict[str, Any], job: api.GRPOJob, *, pod_group_name: str, 
             spec["schedulerName"] = g.VOLCANO_SCHEDULER_NAME
     return pod
 
-
-def scheduling_problems(job: api.GRPOJob) -> list[tuple[str, str]]:
-    """What the schema of spec.scheduling cannot say, as (field path, message) pairs: Kueue and a PodGroup gang
-    are two schedulers' answers to the same question, and the pods can follow only one."""
-    gang = gang_of(job)
-    if gang is not None and kueue_queue(job) is not None:
-        return [("spec.scheduling.gang",
-                 f"gang '{gang}' and the label {g.KUEUE_QUEUE_LABEL} are both set: Kueue admits the pods as one group "
-                 "by itself; remove spec.scheduling.gang, or remove the label to gang-schedule with a PodGroup")]
-    return []

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 from .. import api
 from . import batch
 from . import topology
+from ..api import gang as gang_names
 from ..api import trl_fields
 
 DNS1123_LABEL = re.compile(api.DNS1123_LABEL)
@@ -265,4 +266,18 @@ def validate(doc: Any) -> ValidationResult:
     res.errors = name_errors + res.errors
     if res.job is not None and isinstance(meta, dict):
         res.job.metadata = api.ObjectMeta.model_validate({k: v for k, v in meta.items() if isinstance(k, str)})
+        res.errors += _gang_errors(res.job.spec, meta.get("labels"))
     return res
+
+
+def _gang_errors(spec: api.GRPOJobSpec, labels: Any) -> list[FieldError]:
+    """Kueue (the queue-name label) and a PodGroup gang are two schedulers' answers to one question: the pods can
+    follow only one (docs/scheduling.md)."""
+    gang = spec.scheduling.gang if spec.scheduling is not None else None
+    queue = labels.get(gang_names.KUEUE_QUEUE_LABEL) if isinstance(labels, dict) else None
+    if gang is None or not queue:
+        return []
+    return [FieldError("spec.scheduling.gang",
+                       f"gang '{gang}' and the label {gang_names.KUEUE_QUEUE_LABEL}={_short(queue)} are both set: Kueue "
+                       "admits the pods as one group by itself; remove spec.scheduling.gang, or remove the label to "
+                       "gang-schedule with a PodGroup")]

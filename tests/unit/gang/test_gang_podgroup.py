@@ -240,9 +240,10 @@ def test_a_bad_quantity_names_itself() -> None:
 
 def test_kueue_and_a_pod_group_together_are_refused_with_the_fix() -> None:
     res = validation.validate(job_body(labels={g.KUEUE_QUEUE_LABEL: "lq"}, scheduling={"gang": "volcano"}))
-    assert res.job is not None
-    problems = podgroup.scheduling_problems(res.job)
-    assert [f for f, _ in problems] == ["spec.scheduling.gang"] and "remove" in problems[0][1]
+    assert not res.valid and [e.field for e in res.errors] == ["spec.scheduling.gang"]
+    assert "remove spec.scheduling.gang, or remove the label" in res.errors[0].message
+    assert validation.validate(job_body(labels={g.KUEUE_QUEUE_LABEL: "lq"})).valid
+    assert validation.validate(job_body(scheduling={"gang": "volcano"})).valid
 
 
 @pytest.mark.parametrize("scheduling, field_msg", [
