@@ -328,20 +328,23 @@ class GRPOClient:
 
     @staticmethod
     def _watch_once(func: Callable[..., Any], timeout: float, *args: Any, **kwargs: Any) -> None:
-        """Block until the first watch event (or `timeout`); any failure of the watch only means: look again."""
-        from kubernetes import watch
-
-        w = watch.Watch()
+        """Block until the first watch event (or `timeout`). Any event counts, ERROR (410 Gone) included: the caller
+        looks again. The raw response is read, so no model is built and no client-version-specific option is used."""
         if not kwargs.get("resource_version"):
             kwargs.pop("resource_version", None)
+        resp = None
         try:
-            for _ in w.stream(func, *args, deserialize=False, timeout_seconds=max(1, int(timeout)),
-                              _request_timeout=timeout + 5, **kwargs):
-                break
-        except Exception:  # noqa: BLE001
+            resp = func(*args, watch=True, timeout_seconds=max(1, int(timeout)), _preload_content=False,
+                        _request_timeout=timeout + 5, **kwargs)
+            for chunk in resp.stream(4096):
+                if chunk:
+                    break
+        except Exception:  # noqa: BLE001 — a failed watch only means: look again, a little later
             time.sleep(min(0.5, timeout))
         finally:
-            w.stop()
+            if resp is not None:
+                resp.close()
+                resp.release_conn()
 
     # ------------------------------------------------------------------------------------------ wait
     def wait_for_job_status(self, name: str, status: Union[str, Iterable[str]] = ("Succeeded",),
