@@ -8,7 +8,6 @@ GRPO_ALL_NAMESPACES, GRPO_TRAINER_IMAGE, GRPO_WEBHOOK_*, GRPO_LIVENESS, GRPO_LOG
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import json
@@ -23,7 +22,7 @@ from typing import Any, Optional, Sequence
 for _client in ("kubernetes", "kubernetes_asyncio", "pykube"):
     sys.modules.setdefault(_client, None)  # type: ignore[arg-type]
 
-from ..controller import handlers  # noqa: E402 — after the block above
+from ..controller import handlers, settings  # noqa: E402 — after the block above
 
 
 class JsonFormatter(logging.Formatter):
@@ -56,101 +55,15 @@ def setup_logging(json_logs: bool, level: str) -> None:
     logging.getLogger("kopf.objects").setLevel(logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING)
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> handlers.Config:
-    p = argparse.ArgumentParser(prog="grpo-operator", description="Kubernetes operator for GRPO post-training jobs.")
-    try:
-        cfg = handlers.Config.from_env()
-    except ValueError as exc:
-        p.error(f"environment: {exc}")  # exits 2 with the usage line, like a bad flag
-    p.add_argument("--namespace", "-n", action="append", dest="namespaces", metavar="NS",
-                   help="watch this namespace (repeatable; env GRPO_NAMESPACES, comma-separated)")
-    p.add_argument("--all-namespaces", "-A", action="store_true", default=None, help="watch the whole cluster")
-    p.add_argument("--webhook-listen", metavar="ADDR:PORT", help="serve the validating admission webhook (HTTPS) here")
-    p.add_argument("--webhook-host", metavar="HOST", help="name/IP the API server dials (default: the listen address)")
-    p.add_argument("--webhook-manage", action="store_true", default=None,
-                   help="create/patch the ValidatingWebhookConfiguration (URL + caBundle) ourselves")
-    p.add_argument("--webhook-cert-dir", metavar="DIR",
-                   help="tls.crt/tls.key[/ca.crt] (e.g. from cert-manager); default: generate a CA and certificate")
-    p.add_argument("--webhook-service", metavar="NS/NAME[:PORT]",
-                   help="with --webhook-manage: register the webhook by this Service reference instead of a URL "
-                        "(env GRPO_WEBHOOK_SERVICE; what in-cluster installs need)")
-    p.add_argument("--liveness", metavar="URL", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
-    p.add_argument("--log-format", choices=["text", "json"], help="log format (env GRPO_LOG_FORMAT)")
-    p.add_argument("--json-logs", action="store_true", default=None, help="same as --log-format=json")
-    p.add_argument("--log-level", help="DEBUG, INFO, WARNING… (env GRPO_LOG_LEVEL)")
-    p.add_argument("--trainer-image", help="default trainer image (env GRPO_TRAINER_IMAGE)")
-    p.add_argument("--no-controller", action="store_true", help="serve only the webhook")
-    p.add_argument("--peering", metavar="NAME", help="kopf peering object for HA (env GRPO_PEERING); default standalone")
-    p.add_argument("--metrics-listen", metavar="ADDR:PORT",
-                   help="serve the operator's Prometheus metrics at /metrics here (env GRPO_METRICS_LISTEN), "
-                        "e.g. 0.0.0.0:8081")
-    p.add_argument("--progress-interval", type=float, metavar="SECONDS",
-                   help="scrape running trainers' metrics this often and write status.progress at most this often "
-                        "per job (env GRPO_PROGRESS_INTERVAL_SECONDS, default 15; 0: no live progress)")
-    p.add_argument("--trainer-metrics-port", type=int, metavar="PORT",
-                   help="port of the trainer pods' /metrics for new jobs (env GRPO_TRAINER_METRICS_PORT, default "
-                        "9400; 0: trainers serve no metrics)")
-    a = p.parse_args(argv)
-    if a.namespaces:
-        cfg.namespaces = a.namespaces
-    if a.all_namespaces:
-        cfg.all_namespaces = True
-    for attr in ("webhook_listen", "webhook_host", "webhook_cert_dir", "webhook_service", "liveness", "log_level"):
-        if getattr(a, attr):
-            setattr(cfg, attr, getattr(a, attr))
-    if a.webhook_manage:
-        cfg.webhook_manage = True
-    if a.json_logs or a.log_format == "json":
-        cfg.json_logs = True
-    elif a.log_format == "text":
-        cfg.json_logs = False
-    if a.trainer_image:
-        cfg.image = a.trainer_image
-    if a.peering:
-        cfg.peering = a.peering
-    if a.no_controller:
-        cfg.controller = False
-    if a.metrics_listen:
-        cfg.metrics_listen = a.metrics_listen
-    if a.progress_interval is not None:
-        cfg.progress_interval = a.progress_interval
-    if a.trainer_metrics_port is not None:
-        cfg.trainer_metrics_port = a.trainer_metrics_port
-    if cfg.progress_interval < 0:
-        p.error("--progress-interval must be >= 0")
-    if not 0 <= cfg.trainer_metrics_port <= 65535:
-        p.error("--trainer-metrics-port must be a port number (0: off)")
-    if cfg.max_concurrent_writes < 1:  # 0 would let no write through, ever
-        p.error(f"environment: GRPO_MAX_CONCURRENT_WRITES must be >= 1, got {cfg.max_concurrent_writes}")
-    if cfg.resync_seconds <= 0:  # 0 would re-kick every job in a busy loop
-        p.error(f"environment: GRPO_RESYNC_SECONDS must be > 0, got {cfg.resync_seconds:g}")
-    from ..controller import metrics
-    from ..webhook import server as webhook
-
-    for flag, listen in (("--metrics-listen", cfg.metrics_listen), ("--webhook-listen", cfg.webhook_listen)):
-        if listen:
-            try:
-                metrics.parse_listen(listen)
-            except ValueError:
-                p.error(f"{flag} must be ADDR:PORT (e.g. 0.0.0.0:8443), got {listen!r}")
-    if cfg.webhook_service:
-        try:
-            webhook.parse_service(cfg.webhook_service)
-        except ValueError as exc:
-            p.error(f"--webhook-service: {exc}")
-    if cfg.all_namespaces and cfg.namespaces:
-        p.error("--all-namespaces and --namespace are mutually exclusive")
-    if not cfg.all_namespaces and not cfg.namespaces:
-        p.error("give --namespace NS (repeatable) or --all-namespaces")
-    if cfg.webhook_manage and not cfg.webhook_listen:
-        p.error("--webhook-manage needs --webhook-listen")
-    return cfg
+def parse_args(argv: Optional[Sequence[str]] = None) -> settings.Settings:
+    """Flags over the environment, validated (controller/settings.py); exits 2 on a usage error."""
+    return settings.parse(argv)
 
 
-def run(cfg: handlers.Config, stop_flag: Optional[Any] = None, ready_flag: Optional[Any] = None) -> None:
+def run(cfg: settings.Settings, stop_flag: Optional[Any] = None, ready_flag: Optional[Any] = None) -> None:
     import kopf
 
-    registry, settings, controller = handlers.build(cfg)
+    registry, kopf_settings, controller = handlers.build(cfg)
     clusterwide = cfg.all_namespaces
     # kopf pauses every peer of equal priority; a random one makes exactly one replica active.
     priority = random.SystemRandom().randint(1, 2**31) if cfg.peering else 0
@@ -165,7 +78,7 @@ def run(cfg: handlers.Config, stop_flag: Optional[Any] = None, ready_flag: Optio
             runner = await metrics.serve(cfg.metrics_listen)
         try:
             await kopf.operator(
-                registry=registry, settings=settings, clusterwide=clusterwide,
+                registry=registry, settings=kopf_settings, clusterwide=clusterwide,
                 standalone=cfg.peering is None, peering_name=cfg.peering,
                 namespaces=[] if clusterwide else cfg.namespaces, liveness_endpoint=cfg.liveness,
                 stop_flag=stop_flag, ready_flag=ready_flag, memo=controller, priority=priority,

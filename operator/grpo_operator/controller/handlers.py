@@ -1,4 +1,4 @@
-"""kopf handlers: I/O only. Every decision is lifecycle.decide().
+"""The reconciler (Controller) and its kopf registration: I/O only. Every decision is lifecycle.decide().
 
 How jobs and pods are followed (and why):
   * GRPOJobs through kopf (kopf.on.event: peering, login and the webhook are kopf's too); the handler caches the
@@ -9,13 +9,14 @@ How jobs and pods are followed (and why):
     for pods cost ~13 % of the operator's CPU at 1000 jobs (py-spy) for nothing we need. No reconcile runs before every watched scope has
     been listed, so a freshly started operator never mistakes "not listed yet" for "deleted": no spurious gang
     restarts after an operator restart.
-  * the reconciler is one coalescing asyncio task per job: at most one reconcile of a job runs at a time,
-    kicks arriving meanwhile fold into one more pass. It reads the cached job + the pod index, calls
+  * the reconciler runs on a work queue (workqueue.py): one coalescing asyncio task per job, at most one reconcile
+    of a job at a time, kicks arriving meanwhile fold into one more pass. It reads the cached job + the pod index, calls
     lifecycle.decide(), then writes: status first (a merge patch on the status subresource, only when it
     differs), then deletions, creations; Events go to a background recorder (events.py). Timers (backoff,
     deadline, TTL) and a periodic resync of every job re-kick it, so status converges even when a write or an
     event was lost.
-  * live progress: every GRPO_PROGRESS_INTERVAL_SECONDS a background task GETs /metrics of the running jobs'
+  * pods it created or deleted but the watch does not show yet are expectations (expectations.py).
+  * live progress (scraper.py): every GRPO_PROGRESS_INTERVAL_SECONDS a background task GETs /metrics of the running jobs'
     trainer pods (the pod index also holds their pod IP and `metrics` port; only the known global-rank-0 pod once
     it is found), turns the text into status.progress (lifecycle/progress.py, pure) and kicks the job's reconciler, which puts it
     into the status write: for free when the status changes anyway, else at most once per interval per job.
@@ -24,111 +25,29 @@ How jobs and pods are followed (and why):
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
-import os
-import random
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import aiohttp
 import kopf
 
-from .. import api
-from ..api.status import TERMINAL, Phase
-from . import events
-from . import kube
-from .. import lifecycle
+from .. import api, lifecycle
 from ..api import gang as gang_names
-from ..render import manifests
-from . import podwatch
-from ..rules import validation
-from . import metrics as opmetrics
+from ..api.status import Phase
 from ..lifecycle import progress as progress_mod
+from ..render import manifests
+from ..rules import validation
+from . import events, kube, podwatch
+from . import metrics as opmetrics
+from .expectations import Expectations
+from .scraper import ProgressScraper
+from .settings import Settings
+from .workqueue import Key, WorkQueue
 
 log = logging.getLogger("grpo_operator")
 
-Key = tuple[str, str]  # (namespace, job name)
 VALIDATION_CACHE_SIZE = 1024
-
-
-@dataclass
-class Config:
-    namespaces: list[str] = field(default_factory=list)
-    all_namespaces: bool = False
-    image: str = manifests.DEFAULT_TRAINER_IMAGE
-    resync_seconds: float = 60.0
-    policy: lifecycle.Policy = field(default_factory=lifecycle.Policy)
-    webhook_listen: Optional[str] = None
-    webhook_host: Optional[str] = None
-    webhook_manage: bool = False
-    webhook_cert_dir: Optional[str] = None
-    webhook_service: Optional[str] = None  # NAMESPACE/NAME[:PORT]: register by Service reference (in-cluster)
-    webhook_config_name: str = "grpo-operator.grpo.dev"
-    liveness: Optional[str] = None
-    json_logs: bool = False
-    log_level: str = "INFO"
-    scanning: bool = True
-    max_concurrent_writes: int = 32  # API requests in flight (and connections): 16 was as fast as 64 at 1000 jobs
-    controller: bool = True  # False: webhook only
-    peering: Optional[str] = None  # kopf peering object name (HA: one active replica); None: standalone
-    progress_interval: float = 15.0  # seconds between progress scrapes, and the least between progress-only writes
-    metrics_listen: Optional[str] = None  # ADDR:PORT of the operator's /metrics; None: off
-    trainer_metrics_port: int = manifests.DEFAULT_METRICS_PORT  # rendered into new jobs' pods and config; 0: off
-
-    @classmethod
-    def from_env(cls, env: Optional[dict[str, str]] = None) -> "Config":
-        e = os.environ if env is None else env
-
-        def num(name: str, default: str, kind: type = float) -> Any:
-            return _env_number(name, e.get(name, default), kind)
-
-        ns = [n.strip() for n in e.get("GRPO_NAMESPACES", "").replace(",", " ").split() if n.strip()]
-        return cls(
-            namespaces=ns,
-            all_namespaces=e.get("GRPO_ALL_NAMESPACES", "") in ("1", "true", "yes"),
-            image=e.get("GRPO_TRAINER_IMAGE") or manifests.DEFAULT_TRAINER_IMAGE,
-            resync_seconds=num("GRPO_RESYNC_SECONDS", "60"),
-            policy=lifecycle.Policy(backoff_base=num("GRPO_BACKOFF_BASE_SECONDS", "10"),
-                                    backoff_cap=num("GRPO_BACKOFF_CAP_SECONDS", "300"),
-                                    force_delete_after=_seconds_or_off(
-                                        "GRPO_FORCE_DELETE_AFTER_SECONDS", e.get("GRPO_FORCE_DELETE_AFTER_SECONDS",
-                                                                                 "60"))),
-            webhook_listen=e.get("GRPO_WEBHOOK_LISTEN") or None,
-            webhook_host=e.get("GRPO_WEBHOOK_HOST") or None,
-            webhook_manage=e.get("GRPO_WEBHOOK_MANAGE", "") in ("1", "true", "yes"),
-            webhook_cert_dir=e.get("GRPO_WEBHOOK_CERT_DIR") or None,
-            webhook_service=e.get("GRPO_WEBHOOK_SERVICE") or None,
-            webhook_config_name=e.get("GRPO_WEBHOOK_CONFIG_NAME", "grpo-operator.grpo.dev"),
-            liveness=e.get("GRPO_LIVENESS") or None,
-            json_logs=e.get("GRPO_LOG_FORMAT", "") == "json",
-            log_level=e.get("GRPO_LOG_LEVEL", "INFO"),
-            scanning=e.get("GRPO_SCANNING", "1") not in ("0", "false", "no"),
-            max_concurrent_writes=num("GRPO_MAX_CONCURRENT_WRITES", "32", int),
-            peering=e.get("GRPO_PEERING") or None,
-            progress_interval=num("GRPO_PROGRESS_INTERVAL_SECONDS", "15"),
-            metrics_listen=e.get("GRPO_METRICS_LISTEN") or None,
-            trainer_metrics_port=num("GRPO_TRAINER_METRICS_PORT", str(manifests.DEFAULT_METRICS_PORT), int),
-        )
-
-
-def _env_number(name: str, raw: str, kind: type = float, what: str = "") -> Any:
-    """`raw` (the value of env `name`) as `kind`; a ValueError naming the variable otherwise."""
-    try:
-        return kind(raw)
-    except ValueError:
-        what = what or ("an integer" if kind is int else "a number")
-        raise ValueError(f"{name}={raw!r} is not {what}") from None
-
-
-def _seconds_or_off(name: str, value: str) -> Optional[float]:
-    """'60' → 60.0; 'off', 'never', '' or a negative number → None (the feature is off)."""
-    if value.strip().lower() in ("", "off", "never", "none", "false"):
-        return None
-    seconds = _env_number(name, value, float, "a number of seconds or 'off'")
-    return None if seconds < 0 else seconds
 
 
 def _rv(body: Any) -> Optional[int]:
@@ -174,50 +93,26 @@ def job_key_of_pod(meta: Any) -> Optional[str]:
     return (meta.get("labels") or {}).get(manifests.LABEL_JOB)
 
 
-@dataclass
-class ProgressState:
-    """In memory, per job: the latest scraped progress and when progress was last written (not kept in the cluster:
-    after an operator restart the first change is written at once)."""
-
-    latest: Optional[dict[str, Any]] = None
-    last_write: Optional[float] = None  # monotonic
-    rank0_pod: Optional[str] = None
-    attempt: Optional[int] = None
-
-
-MAX_METRICS_BYTES = 1 << 20
-
-
 class Controller:
     """Per-operator state: the job cache, the pod index, expectations and the reconcile tasks."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Settings):
         self.config = config
         self.kube: Optional[kube.Kube] = None
         self.jobs: dict[Key, dict[str, Any]] = {}
         # pod name -> (PodInfo, progress.Endpoint or None) per job; the endpoint is a trainer pod's metrics address
         self.pods: Optional[podwatch.PodWatch] = None
-        self._progress: dict[Key, ProgressState] = {}
-        self._progress_task: Optional[asyncio.Task[None]] = None
-        self._http: Optional[aiohttp.ClientSession] = None
         # bounded: a parsed spec is ~15 KB. 1024 covers a burst of 1000 new jobs, whose second pass (after their pods
         # appear) comes behind every other first pass: at 256 most of them were parsed twice.
         self._vcache: "OrderedDict[Key, tuple[Any, validation.ValidationResult]]" = OrderedDict()
-        self._expect_create: dict[Key, dict[str, tuple[int, float]]] = {}
-        self._expect_delete: dict[tuple[str, ...], float] = {}
-        self._foreign: dict[Key, dict[str, tuple[lifecycle.PodInfo, float]]] = {}
-        self._tasks: dict[Key, asyncio.Task[None]] = {}
-        self._dirty: set[Key] = set()
-        self._timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}
-        self._errors: dict[Key, int] = {}
         self._sem = asyncio.Semaphore(config.max_concurrent_writes)  # API writes in flight
-        # Reconcile passes running at once. A pass holds the parsed spec and the rendered children while it waits
-        # for a write slot (_sem): 1000 jobs arriving together would otherwise hold 1000 of those at once — a
-        # memory peak the process keeps — for no speed, since only max_concurrent_writes writes are in flight.
-        self._passes = asyncio.Semaphore(2 * max(config.max_concurrent_writes, 1))
-        self._resync_task: Optional[asyncio.Task[None]] = None
+        self.queue = WorkQueue(lambda key: self.reconcile(key), 2 * max(config.max_concurrent_writes, 1),
+                               config.resync_seconds, lambda: self.jobs)
+        self.expectations = Expectations(config.policy.expectation_ttl)
+        self.progress = ProgressScraper(config.progress_interval, self.jobs, self._endpoints, self.kick,
+                                        self.kick_later)
         self.events = events.EventRecorder(self._send_event)
-        self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0, "errors": 0}
+        self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0}
 
     def __copy__(self) -> "Controller":
         # kopf shallow-copies the operator's memo for every object it watches (3000 copies at 1000 jobs); the
@@ -226,87 +121,42 @@ class Controller:
 
     # ------------------------------------------------------------------ scheduling
     def kick(self, key: Key) -> None:
-        task = self._tasks.get(key)
-        if task is not None and not task.done():
-            self._dirty.add(key)
-            return
-        self._dirty.discard(key)
-        self._tasks[key] = asyncio.get_running_loop().create_task(self._run(key), name=f"reconcile {key[0]}/{key[1]}")
+        self.queue.kick(key)
 
     def kick_later(self, key: Key, delay: float) -> None:
-        loop = asyncio.get_running_loop()
-        due = loop.time() + delay
-        old = self._timers.get(key)
-        if old is not None and old[0] <= due and not old[1].cancelled():
-            return
-        if old is not None:
-            old[1].cancel()
-        self._timers[key] = (due, loop.call_at(due, self._timer_fired, key))
+        self.queue.kick_later(key, delay)
 
-    def _timer_fired(self, key: Key) -> None:
-        self._timers.pop(key, None)
-        self.kick(key)
+    def kick_all(self) -> None:
+        self.queue.kick_all()
 
     def forget(self, key: Key) -> None:
         self.jobs.pop(key, None)
         self._vcache.pop(key, None)
-        self._expect_create.pop(key, None)
-        self._foreign.pop(key, None)
-        self._errors.pop(key, None)
-        self._progress.pop(key, None)
-        t = self._timers.pop(key, None)
-        if t is not None:
-            t[1].cancel()
-
-    async def _run(self, key: Key) -> None:
-        try:
-            await self._run_passes(key)
-        finally:
-            if self._tasks.get(key) is asyncio.current_task():
-                del self._tasks[key]  # a finished task holds its frame and result: not one per job forever
-
-    async def _run_passes(self, key: Key) -> None:
-        while True:
-            async with self._passes:
-                self._dirty.discard(key)  # kicks that came while this pass waited for its slot fold into it
-                t0 = time.perf_counter()
-                try:
-                    await self.reconcile(key)
-                    self._errors.pop(key, None)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 — level-triggered: retry the whole pass later
-                    n = self._errors[key] = self._errors.get(key, 0) + 1
-                    self.stats["errors"] += 1
-                    opmetrics.RECONCILE_ERRORS.inc()
-                    delay = min(0.2 * 2 ** min(n, 8), 30.0) * (0.75 + random.random() / 2)
-                    log.warning("reconcile %s/%s failed (%s: %s); retrying in %.1fs", key[0], key[1],
-                                type(exc).__name__, exc, delay)
-                    self.kick_later(key, delay)
-                finally:
-                    opmetrics.RECONCILE_DURATION.observe(time.perf_counter() - t0)
-            if key not in self._dirty:
-                return
-
-    async def resync_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.resync_seconds)
-            self.kick_all()
-
-    def kick_all(self) -> None:
-        for key in list(self.jobs):
-            self.kick(key)
+        self.queue.forget(key)
+        self.expectations.forget(key)
+        self.progress.forget(key)
 
     def ensure_background(self) -> None:
-        if self._resync_task is None or self._resync_task.done():
-            self._resync_task = asyncio.get_running_loop().create_task(self.resync_forever(), name="resync")
-        if self.config.progress_interval > 0 and (self._progress_task is None or self._progress_task.done()):
-            self._progress_task = asyncio.get_running_loop().create_task(self.progress_forever(), name="progress")
+        self.queue.start_resync()
+        self.progress.start()
         if self.pods is None:
             cfg = self.config
             self.pods = podwatch.PodWatch(lambda: self.kube, None if cfg.all_namespaces else cfg.namespaces,
                                           manifests.LABEL_JOB, pod_entry, self._pod_changed, self.kick_all)
             self.pods.start()
+
+    async def close(self) -> None:
+        """Stop everything this controller started and close its connections (kopf's cleanup calls it)."""
+        self.queue.close()
+        await self.progress.close()
+        if self.pods is not None:
+            await self.pods.close()
+        await self.events.close()
+        if self.kube is not None:
+            await self.kube.close()
+
+    def _endpoints(self, key: Key) -> list[progress_mod.Endpoint]:
+        return [e for _, e in self.pods.of(key) if e is not None] if self.pods is not None else []
 
     def _pod_changed(self, key: Key) -> None:
         if key in self.jobs:
@@ -345,23 +195,7 @@ class Controller:
 
     def observed_pods(self, key: Key, job_uid: str) -> list[lifecycle.PodInfo]:
         pods = [info for info, _ in self.pods.of(key)] if self.pods is not None else []
-        now = time.monotonic()
-        seen = {p.name: p for p in pods}
-        expected = self._expect_create.get(key, {})
-        for name, (attempt, t) in list(expected.items()):
-            p = seen.get(name)
-            if (p is not None and p.attempt >= attempt) or now - t > self.config.policy.expectation_ttl:
-                del expected[name]
-            elif p is None:
-                n = manifests.names(key[1])
-                role = lifecycle.ROLE_VLLM if name == n.vllm_pod(0) else lifecycle.ROLE_TRAINER
-                pods.append(lifecycle.PodInfo(name=name, attempt=attempt, owner_uid=job_uid, role=role, synthetic=True))
-        for name, (info, t) in list(self._foreign.get(key, {}).items()):
-            if now - t > 60 or name in seen:
-                del self._foreign[key][name]
-            else:
-                pods.append(info)
-        return pods
+        return self.expectations.observed(key, pods, job_uid)
 
     # ------------------------------------------------------------------ reconcile
     async def reconcile(self, key: Key) -> None:
@@ -391,7 +225,7 @@ class Controller:
         try:
             if dec.status is not None:
                 old = lifecycle.clean_status(view.status)
-                carried = self._carry_progress(key, old, dec.status)
+                carried = self.progress.carry(key, old, dec.status)
                 patch = progress_mod.fix_progress_patch(lifecycle.status_patch(old, dec.status), old)
                 if patch:
                     try:
@@ -404,7 +238,7 @@ class Controller:
                     carried = carried and "progress" in patch
                     opmetrics.STATUS_WRITES.labels(progress="true" if carried else "false").inc()
                     if carried:
-                        self._progress.setdefault(key, ProgressState()).last_write = time.monotonic()
+                        self.progress.written(key)
                     new_restarts = int(dec.status.get("restarts") or 0)
                     if dec.status.get("phase") == Phase.RESTARTING and new_restarts > int(old.get("restarts") or 0):
                         opmetrics.RESTARTS.labels(reason=str(dec.status.get("lastFailureReason") or "Unknown")).inc()
@@ -424,14 +258,14 @@ class Controller:
         now = time.monotonic()
         dels = []
         for pod in dec.delete_pods:
-            if self._delete_due((ns, pod), now, 5.0):
+            if self.expectations.delete_due((ns, pod), 5.0, now):
                 dels.append(self._delete_pod(ns, pod, uids.get(pod)))
         for pod, why in dec.force_delete_pods:  # decide() repeats these until the pod is gone: one event per send
-            if self._delete_due((ns, pod, "force"), now, 30.0):
+            if self.expectations.delete_due((ns, pod, "force"), 30.0, now):
                 self.events.record(body, lifecycle.JobEvent("Warning", "ForceDeleted", why))
                 dels.append(self._delete_pod(ns, pod, uids.get(pod), grace_seconds=0))
         for pod in dec.end_kueue_groups:  # decide() repeats these until the pods show the annotation
-            if self._delete_due((ns, pod, "unretriable"), now, 5.0):
+            if self.expectations.delete_due((ns, pod, "unretriable"), 5.0, now):
                 dels.append(self._end_kueue_group(ns, pod))
         if dels:
             await asyncio.gather(*dels)
@@ -441,112 +275,6 @@ class Controller:
                                dec.kueue_group)
         if dec.requeue_after is not None:
             self.kick_later(key, dec.requeue_after + 0.05)
-        if len(self._expect_delete) > 10000:
-            cutoff = now - 60
-            self._expect_delete = {k2: t for k2, t in self._expect_delete.items() if t > cutoff}
-
-    # ------------------------------------------------------------------ progress
-    def _carry_progress(self, key: Key, old: dict[str, Any], desired: dict[str, Any]) -> bool:
-        """Put the latest scraped progress into `desired` when progress.decide_write allows; else, if only the rate
-        limit held it back, come back when it allows."""
-        ps = self._progress.get(key)
-        if ps is None or ps.latest is None:
-            return False
-        if desired.get("progress") != old.get("progress") or desired.get("phase") in TERMINAL:
-            return False  # a finished job keeps its final progress (from the trainer's result): no late scrape
-        wd = progress_mod.decide_write(old.get("progress"), ps.latest,
-                                       writing_anyway=lifecycle.status_patch(old, desired) is not None,
-                                       last_write=ps.last_write, now=time.monotonic(),
-                                       interval=self.config.progress_interval)
-        if wd.include:
-            desired["progress"] = copy.deepcopy(ps.latest)
-            return True
-        if wd.retry_after is not None:
-            self.kick_later(key, wd.retry_after + 0.05)
-        return False
-
-    async def progress_forever(self) -> None:
-        interval = self.config.progress_interval
-        loop = asyncio.get_running_loop()
-        due = loop.time()
-        while True:
-            due += interval
-            await asyncio.sleep(max(due - loop.time(), 0.0))
-            due = max(due, loop.time() - interval)  # after a long stall, do not burst to catch up
-            try:
-                await self.scrape_running_jobs()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 — progress is best effort; the next round tries again
-                log.warning("progress scrape round failed: %s: %s", type(exc).__name__, exc)
-
-    async def scrape_running_jobs(self) -> None:
-        keys = [k for k, b in list(self.jobs.items()) if (b.get("status") or {}).get("phase") == Phase.RUNNING]
-        if keys:
-            sem = asyncio.Semaphore(64)
-            await asyncio.gather(*(self._scrape_job(k, sem) for k in keys))
-
-    async def _scrape_job(self, key: Key, sem: asyncio.Semaphore) -> None:
-        body = self.jobs.get(key)
-        if body is None:
-            return
-        st = body.get("status") or {}
-        attempt = lifecycle.as_int(st.get("restarts"), 0)
-        eps = [e for _, e in self.pods.of(key) if e is not None] if self.pods is not None else []
-        ps = self._progress.setdefault(key, ProgressState())
-        if ps.attempt != attempt:
-            ps.attempt, ps.rank0_pod = attempt, None
-        targets = progress_mod.endpoints_to_scrape(eps, attempt, ps.rank0_pod)
-        if not targets:
-            return
-        async with sem:
-            found = await asyncio.gather(*(self._fetch_metrics(e) for e in targets))
-        chosen = progress_mod.choose_rank0(s for s in found if s is not None)
-        if chosen is None:
-            if any(s is not None for s in found):
-                opmetrics.PROGRESS_SCRAPES.labels(result="no_rank0").inc()
-            ps.rank0_pod = None  # look at every pod next round
-            return
-        ps.rank0_pod = chosen.pod
-        current = st.get("progress")
-        new = progress_mod.to_progress(chosen, previous=ps.latest or current)
-        if new is None:
-            return
-        ps.latest = new
-        if new != current and key in self.jobs:
-            self.kick(key)
-
-    async def _fetch_metrics(self, ep: progress_mod.Endpoint) -> Optional[progress_mod.Scrape]:
-        if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(trust_env=False, connector=aiohttp.TCPConnector(limit=64))
-        timeout = aiohttp.ClientTimeout(total=min(5.0, max(1.0, self.config.progress_interval / 3)))
-        result = "ok"
-        try:
-            async with self._http.get(ep.url, timeout=timeout, allow_redirects=False) as resp:
-                if resp.status != 200:
-                    result = "http"
-                    return None
-                raw = await resp.content.read(MAX_METRICS_BYTES)
-            try:
-                return progress_mod.parse_metrics(raw.decode("utf-8", "replace"), ep.pod)
-            except progress_mod.MetricsParseError:
-                result = "parse"
-                return None
-        except asyncio.TimeoutError:
-            result = "timeout"
-            return None
-        except (aiohttp.ClientError, OSError):
-            result = "connection"
-            return None
-        finally:
-            opmetrics.PROGRESS_SCRAPES.labels(result=result).inc()
-
-    def _delete_due(self, key: tuple[str, ...], now: float, window: float) -> bool:
-        """False when the same delete was sent less than `window` seconds ago (its watch event is on the way)."""
-        if now - self._expect_delete.get(key, -1e9) < window:
-            return False
-        self._expect_delete[key] = now
-        return True
 
     async def _delete_pod(self, ns: str, name: str, uid: Optional[str], grace_seconds: Optional[int] = None) -> None:
         assert self.kube is not None
@@ -586,10 +314,7 @@ class Controller:
         results = await asyncio.gather(*(self._create_one(key, uid, o, body) for o in support))
         if not all(results):
             return  # a ConfigMap/Service/PodGroup of ours is missing or owned by something else: pods would use the wrong one
-        exp = self._expect_create.setdefault(key, {})
-        t = time.monotonic()
-        for p in pods:
-            exp[p["metadata"]["name"]] = (attempt, t)
+        self.expectations.created(key, [p["metadata"]["name"] for p in pods], attempt)
         await asyncio.gather(*(self._create_one(key, uid, o) for o in pods))
 
     async def _create_one(self, key: Key, uid: str, obj: dict[str, Any], job: Optional[dict[str, Any]] = None) -> bool:
@@ -611,7 +336,7 @@ class Controller:
                    f"{exc.reason}): install the scheduler's PodGroup CRD and grant the operator podgroups "
                    f"(chart: rbac.podGroups=true); the pods are created once it exists")
             log.warning("%s/%s: %s", ns, key[1], why)
-            if job is not None and self._delete_due((ns, name, "pod-group-event"), time.monotonic(), 300.0):
+            if job is not None and self.expectations.delete_due((ns, name, "pod-group-event"), 300.0):
                 self.events.record(job, lifecycle.JobEvent("Warning", "PodGroupNotCreated", why))
             self.kick_later(key, 30.0)
             return False
@@ -629,7 +354,7 @@ class Controller:
             return True  # an older job of the same name: the lifecycle deletes it through the index
         info = lifecycle.PodInfo(name=f"{kind.lower()}/{name}", owner_uid=(owners[0].get("uid") if owners else None),
                                  owner_kind=(owners[0].get("kind") if owners else None))
-        self._foreign.setdefault(key, {})[name] = (info, time.monotonic())
+        self.expectations.foreign(key, name, info)
         log.warning("%s %s/%s exists and is not owned by GRPOJob %s", kind, ns, name, key[1])
         self.kick_later(key, 0.2)
         return False
@@ -665,19 +390,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
-        if controller._resync_task is not None:
-            controller._resync_task.cancel()
-        if controller._progress_task is not None:
-            controller._progress_task.cancel()
-        if controller._http is not None:
-            await controller._http.close()
-        for t in list(controller._tasks.values()):
-            t.cancel()
-        if controller.pods is not None:
-            await controller.pods.close()
-        await controller.events.close()
-        if controller.kube is not None:
-            await controller.kube.close()
+        await controller.close()
 
     if not cfg.controller:
         return
@@ -711,7 +424,7 @@ class NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
-def settings_for(cfg: Config) -> kopf.OperatorSettings:
+def settings_for(cfg: Settings) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     settings.persistence.diffbase_storage = NoDiffBase()
     settings.scanning.disabled = not cfg.scanning
@@ -735,7 +448,7 @@ def settings_for(cfg: Config) -> kopf.OperatorSettings:
     return settings
 
 
-def build(cfg: Config) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, Controller]:
+def build(cfg: Settings) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, Controller]:
     registry = kopf.OperatorRegistry()
     controller = Controller(cfg)
     opmetrics.track_jobs(lambda: list(controller.jobs.values()))

@@ -418,11 +418,11 @@ def test_service_monitor_and_pod_monitor() -> None:
     ({"lifecycle": {"forceDeleteAfterSeconds": 0}}, "0", "10", "300"),
 ])
 def test_lifecycle_values_reach_the_operator(values: dict[str, Any], force: str, base: str, cap: str) -> None:
-    from grpo_operator.controller import handlers
+    from grpo_operator.controller.settings import Settings
 
     env = _env(by_kind(render(values), "Deployment")[0])
     assert (env["GRPO_FORCE_DELETE_AFTER_SECONDS"], env["GRPO_BACKOFF_BASE_SECONDS"],
             env["GRPO_BACKOFF_CAP_SECONDS"]) == (force, base, cap)
-    policy = handlers.Config.from_env(env).policy  # what the operator makes of them
+    policy = Settings.from_env(env).policy  # what the operator makes of them
     assert policy.force_delete_after == (None if force == "off" else float(force))
     assert (policy.backoff_base, policy.backoff_cap) == (float(base), float(cap))

@@ -17,6 +17,7 @@ import pytest
 from tests.support.jobs import manifest
 
 from grpo_operator.controller import handlers
+from grpo_operator.controller.settings import Settings
 from grpo_operator.controller import kube
 from grpo_operator import lifecycle
 
@@ -71,7 +72,7 @@ class Harness:
     def __init__(self, k: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         self.k = k
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", str(k.url))))
-        cfg = handlers.Config(namespaces=[NS], resync_seconds=1.0, scanning=False,
+        cfg = Settings(namespaces=[NS], resync_seconds=1.0, scanning=False,
                               policy=lifecycle.Policy(backoff_base=0.2, backoff_cap=1.0, expectation_ttl=3.0))
         self.registry, self.settings, self.controller = handlers.build(cfg)
         self.settings.scanning.disabled = True
@@ -185,7 +186,7 @@ async def test_create_conflict_owned_by_us_is_success_and_foreign_is_a_conflict(
     import kopf
 
     info = kopf.ConnectionInfo(server=str(kmock.url).rstrip("/"), token="t")
-    c = handlers.Controller(handlers.Config(namespaces=[NS]))
+    c = handlers.Controller(Settings(namespaces=[NS]))
     c.kube = kube.Kube(info)
     try:
         ours = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p0", "namespace": NS,

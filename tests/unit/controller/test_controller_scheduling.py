@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from grpo_operator.controller import handlers
+from grpo_operator.controller.settings import Settings
 
 
 def job(name: str, rv: int = 1) -> dict[str, Any]:
@@ -24,7 +25,7 @@ def job(name: str, rv: int = 1) -> dict[str, Any]:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("writes", [1, 3])
 async def test_passes_are_bounded_coalesced_and_forgotten(writes: int) -> None:
-    c = handlers.Controller(handlers.Config(namespaces=["ns"], max_concurrent_writes=writes))
+    c = handlers.Controller(Settings(namespaces=["ns"], max_concurrent_writes=writes))
     running, most, done = 0, 0, []
     gate = asyncio.Event()
 
@@ -41,24 +42,24 @@ async def test_passes_are_bounded_coalesced_and_forgotten(writes: int) -> None:
     for k in keys:
         c.kick(k)
     await asyncio.sleep(0.05)
-    assert len(c._tasks) == 20 and running == 2 * writes
+    assert len(c.queue.tasks) == 20 and running == 2 * writes
     for k in keys:
         c.kick(k)  # while its pass runs or waits: one more pass after it at most, never a second task
         c.kick(k)
-    assert len(c._tasks) == 20
+    assert len(c.queue.tasks) == 20
     gate.set()
     for _ in range(200):
-        if not c._tasks:
+        if not c.queue.tasks:
             break
         await asyncio.sleep(0.01)
     assert most == 2 * writes
     running_first = keys[:2 * writes]  # these were inside reconcile when kicked again: each runs once more
     assert sorted(done) == sorted(keys + running_first)
-    assert c._tasks == {} and c._dirty == set()
+    assert c.queue.tasks == {} and c.queue.dirty == set()
 
 
 def test_cache_drops_managed_fields_and_older_events() -> None:
-    c = handlers.Controller(handlers.Config(namespaces=["ns"]))
+    c = handlers.Controller(Settings(namespaces=["ns"]))
     body = job("a", rv=5)
     key = c.observe_job(body)
     cached = c.jobs[key]

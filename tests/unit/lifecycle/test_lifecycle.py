@@ -501,8 +501,8 @@ def test_a_stuck_pod_of_an_older_job_with_the_same_name_is_force_deleted_too() -
 @pytest.mark.parametrize("raw, seconds", [("60", 60.0), ("0", 0.0), ("2.5", 2.5), ("off", None), ("", None),
                                           ("-1", None), ("never", None)])
 def test_force_delete_setting_from_the_environment(raw: str, seconds: float | None) -> None:
-    from grpo_operator.controller import handlers
+    from grpo_operator.controller.settings import Settings
 
-    cfg = handlers.Config.from_env({"GRPO_FORCE_DELETE_AFTER_SECONDS": raw})
+    cfg = Settings.from_env({"GRPO_FORCE_DELETE_AFTER_SECONDS": raw})
     assert cfg.policy.force_delete_after == seconds
-    assert handlers.Config.from_env({}).policy.force_delete_after == 60.0
+    assert Settings.from_env({}).policy.force_delete_after == 60.0

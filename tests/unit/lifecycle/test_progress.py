@@ -246,9 +246,9 @@ def test_operator_flags() -> None:
     cfg = parse_args(["-A", "--metrics-listen", "0.0.0.0:8081", "--progress-interval", "2",
                       "--trainer-metrics-port", "9500"])
     assert (cfg.metrics_listen, cfg.progress_interval, cfg.trainer_metrics_port) == ("0.0.0.0:8081", 2.0, 9500)
-    from grpo_operator.controller.handlers import Config
+    from grpo_operator.controller.settings import Settings
 
-    env = Config.from_env({"GRPO_PROGRESS_INTERVAL_SECONDS": "30", "GRPO_METRICS_LISTEN": ":9090",
+    env = Settings.from_env({"GRPO_PROGRESS_INTERVAL_SECONDS": "30", "GRPO_METRICS_LISTEN": ":9090",
                            "GRPO_TRAINER_METRICS_PORT": "0"})
     assert (env.progress_interval, env.metrics_listen, env.trainer_metrics_port) == (30.0, ":9090", 0)
     assert opmetrics.parse_listen(":9090") == ("0.0.0.0", 9090) and opmetrics.parse_listen("[::]:1") == ("::", 1)

@@ -1,0 +1,73 @@
+"""What the operator expects to see in the watch but may not see yet (client-go's "expectations").
+
+  * pods it created a moment ago: until the watch shows them (or expectation_ttl passes) they count as present, as
+    synthetic PodInfos, so that a second pass does not create them again;
+  * deletes it sent: the same delete is not sent again within a window (its watch event is on the way);
+  * objects with its pods' names owned by something else, found when a create conflicted: they count as foreign
+    pods for a minute, so that the lifecycle reports the conflict.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Optional
+
+from .. import lifecycle
+from ..render import manifests
+
+Key = tuple[str, str]  # (namespace, job name)
+FOREIGN_TTL = 60.0
+
+
+class Expectations:
+    def __init__(self, ttl: float):
+        self.ttl = ttl  # how long a created pod may be missing from the watch
+        self._created: dict[Key, dict[str, tuple[int, float]]] = {}  # pod name -> (attempt, monotonic time)
+        self._deleted: dict[tuple[str, ...], float] = {}
+        self._foreign: dict[Key, dict[str, tuple[lifecycle.PodInfo, float]]] = {}
+
+    def created(self, key: Key, pod_names: Iterable[str], attempt: int) -> None:
+        expected = self._created.setdefault(key, {})
+        t = time.monotonic()
+        for name in pod_names:
+            expected[name] = (attempt, t)
+
+    def foreign(self, key: Key, name: str, info: lifecycle.PodInfo) -> None:
+        self._foreign.setdefault(key, {})[name] = (info, time.monotonic())
+
+    def observed(self, key: Key, pods: list[lifecycle.PodInfo], job_uid: str) -> list[lifecycle.PodInfo]:
+        """The watched pods of a job plus the ones expected but not seen yet, and the foreign objects noted."""
+        pods = list(pods)
+        now = time.monotonic()
+        seen = {p.name: p for p in pods}
+        expected = self._created.get(key, {})
+        for name, (attempt, t) in list(expected.items()):
+            p = seen.get(name)
+            if (p is not None and p.attempt >= attempt) or now - t > self.ttl:
+                del expected[name]
+            elif p is None:
+                role = lifecycle.ROLE_VLLM if name == manifests.names(key[1]).vllm_pod(0) else lifecycle.ROLE_TRAINER
+                pods.append(lifecycle.PodInfo(name=name, attempt=attempt, owner_uid=job_uid, role=role, synthetic=True))
+        foreign = self._foreign.get(key, {})
+        for name, (info, t) in list(foreign.items()):
+            if now - t > FOREIGN_TTL or name in seen:
+                del foreign[name]
+            else:
+                pods.append(info)
+        return pods
+
+    def delete_due(self, key: tuple[str, ...], window: float, now: Optional[float] = None) -> bool:
+        """False when the same delete (or patch) was sent less than `window` seconds ago: its watch event is on the
+        way. Otherwise records it as sent now."""
+        now = time.monotonic() if now is None else now
+        if now - self._deleted.get(key, -1e9) < window:
+            return False
+        self._deleted[key] = now
+        if len(self._deleted) > 10000:  # old entries are useless once their window passed
+            cutoff = now - 300
+            self._deleted = {k: t for k, t in self._deleted.items() if t > cutoff}
+        return True
+
+    def forget(self, key: Key) -> None:
+        self._created.pop(key, None)
+        self._foreign.pop(key, None)

@@ -1,0 +1,186 @@
+"""The operator's settings, in one place: the environment the Helm chart sets (GRPO_*), the `grpo-operator` flags
+(which win; the fixed set is in docs/operator.md) and their validation. A bad value is a usage error naming the
+flag or variable (exit 2), checked before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+from .. import lifecycle
+from ..render import manifests
+from ..webhook.server import parse_service
+from .metrics import parse_listen
+
+
+@dataclass
+class Settings:
+    """Everything the operator process is told, from the environment (the chart) and flags (which win)."""
+
+
+    namespaces: list[str] = field(default_factory=list)
+    all_namespaces: bool = False
+    image: str = manifests.DEFAULT_TRAINER_IMAGE
+    resync_seconds: float = 60.0
+    policy: lifecycle.Policy = field(default_factory=lifecycle.Policy)
+    webhook_listen: Optional[str] = None
+    webhook_host: Optional[str] = None
+    webhook_manage: bool = False
+    webhook_cert_dir: Optional[str] = None
+    webhook_service: Optional[str] = None  # NAMESPACE/NAME[:PORT]: register by Service reference (in-cluster)
+    webhook_config_name: str = "grpo-operator.grpo.dev"
+    liveness: Optional[str] = None
+    json_logs: bool = False
+    log_level: str = "INFO"
+    scanning: bool = True
+    max_concurrent_writes: int = 32  # API requests in flight (and connections): 16 was as fast as 64 at 1000 jobs
+    controller: bool = True  # False: webhook only
+    peering: Optional[str] = None  # kopf peering object name (HA: one active replica); None: standalone
+    progress_interval: float = 15.0  # seconds between progress scrapes, and the least between progress-only writes
+    metrics_listen: Optional[str] = None  # ADDR:PORT of the operator's /metrics; None: off
+    trainer_metrics_port: int = manifests.DEFAULT_METRICS_PORT  # rendered into new jobs' pods and config; 0: off
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Settings":
+        e = os.environ if env is None else env
+
+        def num(name: str, default: str, kind: type = float) -> Any:
+            return env_number(name, e.get(name, default), kind)
+
+        ns = [n.strip() for n in e.get("GRPO_NAMESPACES", "").replace(",", " ").split() if n.strip()]
+        return cls(
+            namespaces=ns,
+            all_namespaces=e.get("GRPO_ALL_NAMESPACES", "") in ("1", "true", "yes"),
+            image=e.get("GRPO_TRAINER_IMAGE") or manifests.DEFAULT_TRAINER_IMAGE,
+            resync_seconds=num("GRPO_RESYNC_SECONDS", "60"),
+            policy=lifecycle.Policy(backoff_base=num("GRPO_BACKOFF_BASE_SECONDS", "10"),
+                                    backoff_cap=num("GRPO_BACKOFF_CAP_SECONDS", "300"),
+                                    force_delete_after=seconds_or_off(
+                                        "GRPO_FORCE_DELETE_AFTER_SECONDS", e.get("GRPO_FORCE_DELETE_AFTER_SECONDS",
+                                                                                 "60"))),
+            webhook_listen=e.get("GRPO_WEBHOOK_LISTEN") or None,
+            webhook_host=e.get("GRPO_WEBHOOK_HOST") or None,
+            webhook_manage=e.get("GRPO_WEBHOOK_MANAGE", "") in ("1", "true", "yes"),
+            webhook_cert_dir=e.get("GRPO_WEBHOOK_CERT_DIR") or None,
+            webhook_service=e.get("GRPO_WEBHOOK_SERVICE") or None,
+            webhook_config_name=e.get("GRPO_WEBHOOK_CONFIG_NAME", "grpo-operator.grpo.dev"),
+            liveness=e.get("GRPO_LIVENESS") or None,
+            json_logs=e.get("GRPO_LOG_FORMAT", "") == "json",
+            log_level=e.get("GRPO_LOG_LEVEL", "INFO"),
+            scanning=e.get("GRPO_SCANNING", "1") not in ("0", "false", "no"),
+            max_concurrent_writes=num("GRPO_MAX_CONCURRENT_WRITES", "32", int),
+            peering=e.get("GRPO_PEERING") or None,
+            progress_interval=num("GRPO_PROGRESS_INTERVAL_SECONDS", "15"),
+            metrics_listen=e.get("GRPO_METRICS_LISTEN") or None,
+            trainer_metrics_port=num("GRPO_TRAINER_METRICS_PORT", str(manifests.DEFAULT_METRICS_PORT), int),
+        )
+
+
+def env_number(name: str, raw: str, kind: type = float, what: str = "") -> Any:
+    """`raw` (the value of env `name`) as `kind`; a ValueError naming the variable otherwise."""
+    try:
+        return kind(raw)
+    except ValueError:
+        what = what or ("an integer" if kind is int else "a number")
+        raise ValueError(f"{name}={raw!r} is not {what}") from None
+
+
+def seconds_or_off(name: str, value: str) -> Optional[float]:
+    """'60' → 60.0; 'off', 'never', '' or a negative number → None (the feature is off)."""
+    if value.strip().lower() in ("", "off", "never", "none", "false"):
+        return None
+    seconds = env_number(name, value, float, "a number of seconds or 'off'")
+    return None if seconds < 0 else seconds
+
+
+def parse(argv: Optional[Sequence[str]] = None) -> Settings:
+    """Flags over the environment, validated together: a bad value or combination is a usage error (exit 2) naming
+    the flag or variable, never a traceback."""
+    p = argparse.ArgumentParser(prog="grpo-operator", description="Kubernetes operator for GRPO post-training jobs.")
+    try:
+        cfg = Settings.from_env()
+    except ValueError as exc:
+        p.error(f"environment: {exc}")  # exits 2 with the usage line, like a bad flag
+    p.add_argument("--namespace", "-n", action="append", dest="namespaces", metavar="NS",
+                   help="watch this namespace (repeatable; env GRPO_NAMESPACES, comma-separated)")
+    p.add_argument("--all-namespaces", "-A", action="store_true", default=None, help="watch the whole cluster")
+    p.add_argument("--webhook-listen", metavar="ADDR:PORT", help="serve the validating admission webhook (HTTPS) here")
+    p.add_argument("--webhook-host", metavar="HOST", help="name/IP the API server dials (default: the listen address)")
+    p.add_argument("--webhook-manage", action="store_true", default=None,
+                   help="create/patch the ValidatingWebhookConfiguration (URL + caBundle) ourselves")
+    p.add_argument("--webhook-cert-dir", metavar="DIR",
+                   help="tls.crt/tls.key[/ca.crt] (e.g. from cert-manager); default: generate a CA and certificate")
+    p.add_argument("--webhook-service", metavar="NS/NAME[:PORT]",
+                   help="with --webhook-manage: register the webhook by this Service reference instead of a URL "
+                        "(env GRPO_WEBHOOK_SERVICE; what in-cluster installs need)")
+    p.add_argument("--liveness", metavar="URL", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--log-format", choices=["text", "json"], help="log format (env GRPO_LOG_FORMAT)")
+    p.add_argument("--json-logs", action="store_true", default=None, help="same as --log-format=json")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING… (env GRPO_LOG_LEVEL)")
+    p.add_argument("--trainer-image", help="default trainer image (env GRPO_TRAINER_IMAGE)")
+    p.add_argument("--no-controller", action="store_true", help="serve only the webhook")
+    p.add_argument("--peering", metavar="NAME", help="kopf peering object for HA (env GRPO_PEERING); default standalone")
+    p.add_argument("--metrics-listen", metavar="ADDR:PORT",
+                   help="serve the operator's Prometheus metrics at /metrics here (env GRPO_METRICS_LISTEN), "
+                        "e.g. 0.0.0.0:8081")
+    p.add_argument("--progress-interval", type=float, metavar="SECONDS",
+                   help="scrape running trainers' metrics this often and write status.progress at most this often "
+                        "per job (env GRPO_PROGRESS_INTERVAL_SECONDS, default 15; 0: no live progress)")
+    p.add_argument("--trainer-metrics-port", type=int, metavar="PORT",
+                   help="port of the trainer pods' /metrics for new jobs (env GRPO_TRAINER_METRICS_PORT, default "
+                        "9400; 0: trainers serve no metrics)")
+    a = p.parse_args(argv)
+    if a.namespaces:
+        cfg.namespaces = a.namespaces
+    if a.all_namespaces:
+        cfg.all_namespaces = True
+    for attr in ("webhook_listen", "webhook_host", "webhook_cert_dir", "webhook_service", "liveness", "log_level"):
+        if getattr(a, attr):
+            setattr(cfg, attr, getattr(a, attr))
+    if a.webhook_manage:
+        cfg.webhook_manage = True
+    if a.json_logs or a.log_format == "json":
+        cfg.json_logs = True
+    elif a.log_format == "text":
+        cfg.json_logs = False
+    if a.trainer_image:
+        cfg.image = a.trainer_image
+    if a.peering:
+        cfg.peering = a.peering
+    if a.no_controller:
+        cfg.controller = False
+    if a.metrics_listen:
+        cfg.metrics_listen = a.metrics_listen
+    if a.progress_interval is not None:
+        cfg.progress_interval = a.progress_interval
+    if a.trainer_metrics_port is not None:
+        cfg.trainer_metrics_port = a.trainer_metrics_port
+    if cfg.progress_interval < 0:
+        p.error("--progress-interval must be >= 0")
+    if not 0 <= cfg.trainer_metrics_port <= 65535:
+        p.error("--trainer-metrics-port must be a port number (0: off)")
+    if cfg.max_concurrent_writes < 1:  # 0 would let no write through, ever
+        p.error(f"environment: GRPO_MAX_CONCURRENT_WRITES must be >= 1, got {cfg.max_concurrent_writes}")
+    if cfg.resync_seconds <= 0:  # 0 would re-kick every job in a busy loop
+        p.error(f"environment: GRPO_RESYNC_SECONDS must be > 0, got {cfg.resync_seconds:g}")
+    for flag, listen in (("--metrics-listen", cfg.metrics_listen), ("--webhook-listen", cfg.webhook_listen)):
+        if listen:
+            try:
+                parse_listen(listen)
+            except ValueError:
+                p.error(f"{flag} must be ADDR:PORT (e.g. 0.0.0.0:8443), got {listen!r}")
+    if cfg.webhook_service:
+        try:
+            parse_service(cfg.webhook_service)
+        except ValueError as exc:
+            p.error(f"--webhook-service: {exc}")
+    if cfg.all_namespaces and cfg.namespaces:
+        p.error("--all-namespaces and --namespace are mutually exclusive")
+    if not cfg.all_namespaces and not cfg.namespaces:
+        p.error("give --namespace NS (repeatable) or --all-namespaces")
+    if cfg.webhook_manage and not cfg.webhook_listen:
+        p.error("--webhook-manage needs --webhook-listen")
+    return cfg
