@@ -70,14 +70,31 @@ def check_logs_follow_gang_restart(kubeconfig: str | os.PathLike[str], namespace
     run("describe", name)
     cli_logs = subprocess.Popen([*cli, "logs", name, "-f", "--rank", str(rank), "--timestamps"], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cli_out: list[str] = []
+    cli_first = threading.Event()
+
+    def read_cli() -> None:
+        assert cli_logs.stdout is not None
+        for ln in cli_logs.stdout:
+            cli_out.append(ln)
+            cli_first.set()
+        cli_first.set()
+
+    cli_reader = threading.Thread(target=read_cli, daemon=True, name="cli-logs")
+    cli_reader.start()
     try:
+        # both followers must be reading attempt 0 before the restart, or there is no restart to follow
         assert first_line.wait(timeout), f"no log line of attempt 0 of {name} within {timeout:g}s"
+        assert cli_first.wait(timeout) and cli_out, "kubectl grpo logs -f printed nothing of attempt 0"
         assert not error, error
         restart()
         run("wait", name, "--for", "Succeeded", "--timeout", f"{int(timeout)}s")
         follower.join(timeout=120)
         assert not follower.is_alive(), "GRPOClient.follow_job_logs did not end after the job Succeeded"
-        out, err = cli_logs.communicate(timeout=120)
+        cli_logs.wait(timeout=120)
+        cli_reader.join(timeout=10)
+        assert cli_logs.stderr is not None
+        out, err = "".join(cli_out), cli_logs.stderr.read()
     finally:
         if cli_logs.poll() is None:
             cli_logs.kill()

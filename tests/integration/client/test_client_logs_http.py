@@ -116,6 +116,14 @@ class Handler(BaseHTTPRequestHandler):
         parts = url.path.strip("/").split("/")
         if url.path == f"/apis/grpo.dev/v1alpha1/namespaces/{NS}/grpojobs/{JOB}":
             return self._json(200, w.job_body())
+        if url.path == f"/apis/grpo.dev/v1alpha1/namespaces/{NS}/grpojobs" and q.get("watch") in ("true", "1", "True"):
+            with w.cv:  # the job at its next change, then the watch ends (the client watches again)
+                start = w.version
+                w.cv.wait_for(lambda: w.version > start, timeout=float(q.get("timeoutSeconds", 5)))
+                event = {"type": "MODIFIED", "object": w.job_body()} if w.version > start else None
+            return self._chunks(iter([json.dumps(event).encode() + b"\n"] if event else []))
+        if url.path == f"/api/v1/namespaces/{NS}/events":
+            return self._json(200, {"kind": "EventList", "metadata": {}, "items": []})
         if url.path == f"/api/v1/namespaces/{NS}/pods" and q.get("watch") in ("true", "1", "True"):
             with w.cv:  # one event at the next change (or nothing at the timeout), then the watch ends
                 start = w.version
@@ -288,3 +296,15 @@ def test_every_rank_interleaved_and_a_rank_without_a_log(world: tuple[World, Pat
     assert sorted(r.stdout.splitlines()) == ["[rank 0] zero", "[rank 1] one", "[rank 1] uno"]
     assert r.returncode == 1 and "train-node-2 (attempt 0) has no log yet" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_the_real_node_journey_check_runs(world: tuple[World, Path]) -> None:
+    """tests/support/client_logs.py, which the real-node tier calls with real trainer processes, run here against the
+    loopback server: its own logic (two followers, the restart, the transcript) is sound before it meets a kubelet."""
+    from tests.support.client_logs import check_logs_follow_gang_restart
+
+    w, kubeconfig = world
+    w.pod(0, 0, "Running", ["a0: step 0"])
+    transcript = check_logs_follow_gang_restart(kubeconfig, NS, JOB, restart=lambda: gang_restart(w), timeout=60)
+    assert "now following attempt 1" in transcript and "a1: step 3" in transcript
+    assert "$ kubectl grpo wait train --for Succeeded" in transcript and "(exit 0)" in transcript
