@@ -91,8 +91,9 @@ class GRPOClient:
             raise ConfigError(f"no kube-config: {files} does not exist and this is not a pod "
                               "(set KUBECONFIG, pass --kubeconfig/config_file, or run in a cluster)")
         try:
-            kconfig.load_kube_config(config_file=config_file, context=context, client_configuration=cfg)
-            contexts, active = kconfig.list_kube_config_contexts(config_file=config_file)
+            # `files`, not None: the kubernetes package reads $KUBECONFIG once, when it is imported
+            kconfig.load_kube_config(config_file=files, context=context, client_configuration=cfg)
+            contexts, active = kconfig.list_kube_config_contexts(config_file=files)
         except kconfig.ConfigException as exc:
             raise ConfigError(f"kube-config {files}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
         except (OSError, ValueError, yaml.YAMLError) as exc:

@@ -122,6 +122,8 @@ def test_kubeconfig_problems_are_one_line(tmp_path: Path, monkeypatch: pytest.Mo
     assert GRPOClient(config_file=str(path)).namespace == "ns-a"
     assert GRPOClient(config_file=str(path), context="b").namespace == "default"
     assert GRPOClient(config_file=str(path), context="b", namespace="x").namespace == "x"
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'absent'}:{path}")  # set after `kubernetes` was imported
+    assert GRPOClient().namespace == "ns-a"
     with pytest.raises(ConfigError) as info:
         GRPOClient(config_file=str(path), context="nope")
     assert "nope" in str(info.value) and "\n" not in str(info.value)
