@@ -36,6 +36,7 @@ class World:
         self.pods: dict[str, dict[str, Any]] = {}  # name → {"attempt", "phase", "lines", "uid"}
         self.log_requests: list[dict[str, str]] = []
         self.nodes = 1
+        self.job_watches = 0
         self.drop = False  # end the open log streams once, the pod still running (a dropped connection)
 
     def change(self, **kw: Any) -> None:
@@ -118,6 +119,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, w.job_body())
         if url.path == f"/apis/grpo.dev/v1alpha1/namespaces/{NS}/grpojobs" and q.get("watch") in ("true", "1", "True"):
             with w.cv:  # the job at its next change, then the watch ends (the client watches again)
+                w.job_watches += 1
                 start = w.version
                 w.cv.wait_for(lambda: w.version > start, timeout=float(q.get("timeoutSeconds", 5)))
                 event = {"type": "MODIFIED", "object": w.job_body()} if w.version > start else None
@@ -308,3 +310,21 @@ def test_the_real_node_journey_check_runs(world: tuple[World, Path]) -> None:
     transcript = check_logs_follow_gang_restart(kubeconfig, NS, JOB, restart=lambda: gang_restart(w), timeout=60)
     assert "now following attempt 1" in transcript and "a1: step 3" in transcript
     assert "$ kubectl grpo wait train --for Succeeded" in transcript and "(exit 0)" in transcript
+
+
+def test_wait_ends_on_a_rejected_job(world: tuple[World, Path]) -> None:
+    """Rejected (an invalid spec that got past a webhook that was off) will not run until it is edited: exit 1."""
+    w, kubeconfig = world
+    w.change(status={"phase": "Pending", "restarts": 0})
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_operator.cli.kubectl_grpo", "wait", JOB, "--for", "Running"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: w.job_watches >= 1)  # it is watching: the change reaches it through the watch
+        w.change(status={"phase": "Rejected", "message": "invalid spec: spec.nodes: must be ≥ 1"})
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and out == ""
+    assert err.strip() == "kubectl-grpo: grpojob ns/train Rejected: invalid spec: spec.nodes: must be ≥ 1"
