@@ -76,7 +76,9 @@ class GRPOClient:
 
         cfg = k8s.Configuration()
         files = config_file or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        have_file = config_file is not None or any(Path(p).expanduser().is_file() for p in files.split(os.pathsep) if p)
+        have_file = any(Path(p).expanduser().is_file() for p in files.split(os.pathsep) if p)
+        if config_file is not None and not have_file:
+            raise ConfigError(f"kube-config {config_file} does not exist")
         if not have_file and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             try:
                 kconfig.load_incluster_config(client_configuration=cfg)

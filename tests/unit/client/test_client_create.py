@@ -112,6 +112,8 @@ def test_kubeconfig_problems_are_one_line(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
     with pytest.raises(ConfigError, match="does not exist"):
         GRPOClient()
+    with pytest.raises(ConfigError, match="kube-config .*/missing does not exist"):
+        GRPOClient(config_file=str(tmp_path / "missing"))
     cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "a",
            "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
            "users": [{"name": "u", "user": {"token": "t"}}],
