@@ -176,7 +176,8 @@ def list_table(jobs: Sequence[Any], all_namespaces: bool, wide: bool) -> str:
     return _table(rows)
 
 
-def describe_text(job: Any, events: Sequence[Any]) -> str:
+def describe_text(job: Any, events: Sequence[Any], notes: Optional[dict[str, str]] = None) -> str:
+    notes = notes or {}
     out = [f"Name:         {job.name}", f"Namespace:    {job.namespace}", f"Phase:        {job.phase}"]
     if job.message:
         out.append(f"Message:      {job.message}")
@@ -215,7 +216,7 @@ def describe_text(job: Any, events: Sequence[Any]) -> str:
         rows += [[f"  {c.type}", c.status, c.reason or "-", _age(c.last_transition_time), c.message[:100]]
                  for c in job.conditions]
         out.append(_table(rows))
-    out.append("Pods:" if job.pods else "Pods:         <none>")
+    out.append("Pods:" if job.pods else f"Pods:         <{notes.get('pods', 'none')}>")
     if job.pods:
         rows = [["  RANK", "POD", "ATTEMPT", "PHASE", "NODE", "DETAIL"]]
         for pod in job.pods:
@@ -223,7 +224,7 @@ def describe_text(job: Any, events: Sequence[Any]) -> str:
                          pod.phase + (" (deleting)" if pod.deleting else ""), pod.node_name or "-",
                          pod.detail or "-"])
         out.append(_table(rows))
-    out.append("Events:" if events else "Events:       <none>")
+    out.append("Events:" if events else f"Events:       <{notes.get('events', 'none')}>")
     if events:
         rows = [["  TYPE", "REASON", "AGE", "OBJECT", "MESSAGE"]]
         for e in events[-20:]:
@@ -278,14 +279,29 @@ def run(args: argparse.Namespace, make_client: Callable[..., Any]) -> int:
         else:
             _print(list_table(jobs, all_ns, output == "wide"))
     elif cmd == "describe":
-        job = client.get_job(args.name)
-        events = client.get_job_events(args.name)
+        from grpo_operator.client import ApiError
+
+        notes: dict[str, str] = {}
+        try:
+            job = client.get_job(args.name)
+        except ApiError as exc:  # allowed to read jobs but not pods: describe the job anyway
+            if exc.status != 403:
+                raise
+            job, notes["pods"] = client.get_job(args.name, pods=False), str(exc)
+        try:
+            events = client.get_job_events(args.name)
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            events, notes["events"] = [], str(exc)
         if output:
             data = job.as_dict()
             data["events"] = [e.__dict__ for e in events]
+            if notes:
+                data["forbidden"] = notes
             _print(_dump(data, output))
         else:
-            _print(describe_text(job, events))
+            _print(describe_text(job, events, notes))
     elif cmd == "logs":
         return _logs(client, args)
     elif cmd == "wait":

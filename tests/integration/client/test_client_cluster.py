@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -247,3 +248,25 @@ def test_delete_wait(env: dict[str, str], client: Any, crd: Any, k8s_namespace: 
     assert not follower.is_alive() and got == []
     r = grpo(env, "delete", "del", "-n", ns)
     assert r.returncode == 1 and "not found" in one_line_error(r)
+
+
+def test_rbac_refusals_are_one_line(env: dict[str, str], client: Any, crd: Any, k8s_namespace: str,
+                                    tmp_path: Path) -> None:
+    """A user who may read GRPOJobs but not pods or events still gets a describe; one who may not even list jobs
+    gets the server's refusal in one line."""
+    ns = k8s_namespace
+    client.create_job(manifest("rbac"))
+    crd.kubectl.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                       "metadata": {"name": "grpojob-reader", "namespace": ns},
+                       "rules": [{"apiGroups": ["grpo.dev"], "resources": ["grpojobs"], "verbs": ["get", "list"]}]})
+    crd.kubectl.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                       "metadata": {"name": "reader", "namespace": ns},
+                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "grpojob-reader"},
+                       "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]})
+    reader = crd.write_kubeconfig(tmp_path / "reader", crd.service_account_token(ns, "reader"), namespace=ns)
+    nobody = crd.write_kubeconfig(tmp_path / "nobody", crd.service_account_token(ns, "nobody"), namespace=ns)
+    r = grpo(env, "describe", "rbac", "--kubeconfig", str(reader))
+    assert r.returncode == 0, r.stderr
+    assert "Phase:" in r.stdout and re.search(r"Pods: +<list pods of .*forbidden.*\(HTTP 403\)>", r.stdout), r.stdout
+    r = grpo(env, "list", "--kubeconfig", str(nobody))
+    assert r.returncode == 1 and "forbidden" in one_line_error(r) and "(HTTP 403)" in r.stderr
