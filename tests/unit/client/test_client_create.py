@@ -132,3 +132,13 @@ def test_kubeconfig_problems_are_one_line(tmp_path: Path, monkeypatch: pytest.Mo
     path.write_text("{not yaml: [")
     with pytest.raises(ConfigError):
         GRPOClient(config_file=str(path))
+
+
+def test_a_manifest_on_stdin(client: GRPOClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(yaml.safe_dump(manifest())))
+    assert client.validate_job("-")["metadata"]["name"] == "j"
+    monkeypatch.setattr("sys.stdin", io.StringIO("kind: [\n"))
+    with pytest.raises(InvalidJob, match="^<stdin>: not valid YAML"):
+        client.validate_job("-")
