@@ -285,6 +285,15 @@ class Controller:
         except kube.Conflict:  # uid precondition failed: a newer pod of that name; leave it
             pass
 
+    async def end_kueue_groups_of_deleted_job(self, key: Key, body: dict[str, Any]) -> None:
+        """A job deleted at once (no finalizer of ours to wait on): its pods are still listed; end their Kueue
+        groups so that Kueue releases the quota instead of waiting for replacement pods (best effort)."""
+        if self.pods is None or self.kube is None:
+            return
+        view = lifecycle.JobView.from_body(body)
+        for pod in lifecycle.decision.deleted_job_groups(view, [info for info, _ in self.pods.of(key)]):
+            await self._end_kueue_group(key[0], pod)
+
     async def _end_kueue_group(self, ns: str, pod: str) -> None:
         """kueue.x-k8s.io/retriable-in-group: "false" on one pod ends its Kueue pod group: Kueue finishes the
         Workload once none of the group's pods runs, releases the quota and removes its finalizers."""
@@ -403,6 +412,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         meta = raw.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
         if event.get("type") == "DELETED":
+            await controller.end_kueue_groups_of_deleted_job(key, raw)
             controller.forget(key)
             return
         controller.observe_job(raw)

@@ -144,8 +144,8 @@ def decide(job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Pol
     A table of contents: every step reads and writes one Draft (the status being built, the decision, the pods
     sorted once); the first step that settles the job ends the pass.
     """
-    if job.deleting:
-        return Decision(status=None)  # the garbage collector deletes the children
+    if job.deleting:  # the garbage collector deletes the children; under Kueue their groups end (quota released)
+        return Decision(status=None, end_kueue_groups=deleted_job_groups(job, pods))
     draft = Draft.begin(job, pods, now, policy)
     steps: tuple[Callable[[Draft], bool], ...] = (
         reject_invalid,             # an invalid spec: Rejected, no pods (else: clear Rejected, topology, batch)
@@ -165,6 +165,15 @@ def decide(job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Pol
         if step(draft):
             break
     return draft.finish()
+
+
+def deleted_job_groups(job: JobView, pods: Iterable[PodInfo]) -> list[str]:
+    """A job on its way out ends its Kueue pod groups: else Kueue keeps their Workloads admitted, and the quota
+    held, waiting for replacement pods that never come (lifecycle/gang.py release_target)."""
+    spec_job = job.result.job
+    if spec_job is None or podgroup.kueue_queue(spec_job) is None:
+        return []
+    return gang.release_target([p for p in pods if p.owner_uid == job.uid])
 
 
 @dataclass

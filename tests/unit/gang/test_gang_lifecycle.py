@@ -222,3 +222,14 @@ def test_resume_without_kueue_is_unchanged() -> None:
     assert not dec.create_pods and dec.status.get("requeues") is None and dec.status["restarts"] == 0
     dec = decide(then(body, dec), [])
     assert dec.create_pods == ["job-node-0", "job-node-1"] and dec.create_attempt == 0
+
+
+def test_a_deleted_job_ends_its_groups() -> None:
+    body = job(status={"phase": "Running"})
+    body["metadata"]["deletionTimestamp"] = "2030-01-01T12:00:00Z"
+    dec = decide(body, running())
+    assert dec.status is None and dec.end_kueue_groups == ["job-node-0"]
+    assert decide(body, [kpod(0, unretriable=True), kpod(1)]).end_kueue_groups == []
+    plain = job(labels=None)
+    plain["metadata"]["deletionTimestamp"] = "2030-01-01T12:00:00Z"
+    assert decide(plain, running()).end_kueue_groups == []
