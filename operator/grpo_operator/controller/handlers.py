@@ -68,7 +68,7 @@ def endpoint_of_pod(meta: Any, spec: Any, status: Any) -> progress_mod.Endpoint:
     return progress_mod.Endpoint(
         pod=meta.get("name", ""), ip=(status or {}).get("podIP") or None, port=port,
         attempt=lifecycle.as_int(ann.get(manifests.ANNOTATION_ATTEMPT), 0),
-        running=(status or {}).get("phase") == "Running" and not meta.get("deletionTimestamp"))
+        running=(status or {}).get("phase") == lifecycle.PodPhase.RUNNING and not meta.get("deletionTimestamp"))
 
 
 def pod_entry(pod: dict[str, Any]) -> Optional[tuple[Key, tuple[lifecycle.PodInfo, Optional[progress_mod.Endpoint]]]]:
