@@ -8,6 +8,7 @@ clear line instead of "internal error (exit 1)":
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.vllm_runs import env, run, trainer_cmd, trainer_config, write_json
+from tests.support.trainer import config_doc, run, trainer_cmd
 
 pytestmark = pytest.mark.slow
 
@@ -33,14 +34,15 @@ def test_output_volume_not_writable_by_the_trainer_is_a_storage_error():
         home = root / "home"
         home.mkdir()
         home.chmod(0o777)
-        cfg = write_json(root / "config.json", trainer_config(volume / "job"))
+        cfg = root / "config.json"
+        cfg.write_text(json.dumps(config_doc(volume / "job")))
         cfg.chmod(0o644)
         cmd = trainer_cmd(cfg)
         if os.geteuid() == 0:
             cmd = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups", *cmd]
         else:
             volume.chmod(0o555)
-        r = run(cmd, env(home / "tmp", HOME=str(home)), timeout=120)
+        r = run(cmd, timeout=120, HOME=str(home), TMPDIR=str(home))
         uid, gid = (UID, UID) if os.geteuid() == 0 else (os.getuid(), os.getgid())
         assert r.returncode == 16, r
         assert r.error_lines() == [
@@ -54,14 +56,16 @@ def test_output_volume_not_writable_by_the_trainer_is_a_storage_error():
 
 def test_a_checkpoint_that_cannot_be_loaded_is_a_checkpoint_error(tmp_path):
     out = tmp_path / "out"
-    first = write_json(tmp_path / "first.json", trainer_config(out, max_steps=2, save_steps=2))
-    r = run(trainer_cmd(first), env(tmp_path / "tmp"), timeout=240)
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps(config_doc(out, training_kw={"max_steps": 2, "save_steps": 2})))
+    r = run(trainer_cmd(first), timeout=240)
     assert r.returncode == 0 and (out / "checkpoint-2" / "optimizer.pt").exists(), r
     # A complete checkpoint (trainer_state.json, weights) whose optimizer state is damaged (a torn write on a
     # network volume): torch.load's own error says nothing about checkpoints.
     (out / "checkpoint-2" / "optimizer.pt").write_bytes(b"\x00not a torch file" * 64)
-    more = write_json(tmp_path / "more.json", trainer_config(out, max_steps=4, save_steps=2))
-    r = run(trainer_cmd(more), env(tmp_path / "tmp"), timeout=240)
+    more = tmp_path / "more.json"
+    more.write_text(json.dumps(config_doc(out, training_kw={"max_steps": 4, "save_steps": 2})))
+    r = run(trainer_cmd(more), timeout=240)
     assert r.returncode == 15, r
     lines = r.error_lines()
     assert lines[-1].startswith(f"grpo_trainer: checkpoint error (exit 15): cannot resume from {out / 'checkpoint-2'}: "), r

@@ -13,14 +13,14 @@ One run per process count, shared by the assertions (vLLM's start is ~15-40 s ea
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.vllm_runs import REPO, TINY, Run, env, run, trainer_config, write_json
+from tests.support.trainer import TINY, Run, run, write_config
+from tests.support.vllm_runs import trl_logs, vllm_env
 
 pytestmark = pytest.mark.slow
 
@@ -51,10 +51,8 @@ def colocate(tmp_path_factory):
             tmp = tmp_path_factory.mktemp(f"colocate{nproc}")
             out = tmp / "out"
             # No VLLM_CPU_KVCACHE_SPACE: the trainer derives it from the spec (0.05 of RAM per pod, >= 1 GiB).
-            environ = env(tmp / "tmp")
-            environ.pop("VLLM_CPU_KVCACHE_SPACE")
             r = run([*GRPOJOB, "run", "--local", str(spec(tmp, nproc)), "--output-dir", str(out),
-                     "--no-progress", "--timeout", "400"], environ, timeout=450)
+                     "--no-progress", "--timeout", "400"], timeout=450, **vllm_env(tmp / "tmp", kv_cache=False))
             log = (out / "train.log").read_text() if (out / "train.log").exists() else ""
             runs[nproc] = (r, log, out)
         return runs[nproc]
@@ -69,7 +67,7 @@ def test_grpojob_run_local_trains_with_vllm_colocate_on_cpu(colocate, nproc):
     assert "grpo_trainer: generating with vLLM, colocate mode, on CPU (VLLM_CPU_KVCACHE_SPACE=" in log, log[-4000:]
     assert f"{STEPS}/{STEPS} steps" in r.stderr, r
     assert (out / "model.safetensors").exists() and (out / f"checkpoint-{STEPS}").is_dir()
-    logs = Run(0, log, "", 0).logs()
+    logs = trl_logs(log)
     assert len(logs) == STEPS, log[-3000:]
     assert any(step["grad_norm"] > 0 for step in logs[:-1]), logs  # the model moved before the last generation
 
@@ -78,19 +76,19 @@ def test_grpojob_run_local_trains_with_vllm_colocate_on_cpu(colocate, nproc):
 def test_weight_sync_reaches_vllm(colocate, nproc):
     r, log, _ = colocate(nproc)
     assert r.returncode == 0, r
-    diffs = [step["sampling/sampling_logp_difference/max"] for step in Run(0, log, "", 0).logs()]
+    diffs = [step["sampling/sampling_logp_difference/max"] for step in trl_logs(log)]
     assert len(diffs) == STEPS and max(diffs) < SYNCED, diffs
 
 
 def test_a_missing_sync_is_seen(tmp_path):
     """Negative control: TRL's sync turned into a no-op; the same measure must show vLLM sampling from stale weights."""
-    cfg = write_json(tmp_path / "config.json", trainer_config(
-        tmp_path / "out", vllm={"mode": "colocate", "gpuMemoryUtilization": 0.05}, max_steps=STEPS, save_steps=10,
-        learning_rate=1e-2, max_completion_length=16, num_generations=4, per_device_train_batch_size=4))
-    environ = env(tmp_path / "tmp", PYTHONPATH=os.pathsep.join([str(REPO / "trainer_image"), str(HELPERS)]))
-    r = run([sys.executable, str(HELPERS / "nosync_trainer.py"), "--config", str(cfg)], environ, timeout=300)
+    cfg = write_config(tmp_path, vllm={"mode": "colocate", "gpuMemoryUtilization": 0.05}, training_kw={
+        "max_steps": STEPS, "save_steps": 10, "learning_rate": 1e-2, "max_completion_length": 16, "num_generations": 4,
+        "per_device_train_batch_size": 4})
+    r = run([sys.executable, str(HELPERS / "nosync_trainer.py"), "--config", str(cfg)], timeout=300,
+            **vllm_env(tmp_path / "tmp"), PYTHONPATH=str(HELPERS))
     assert r.returncode == 0, r
-    logs = r.logs()
+    logs = trl_logs(r.stdout)
     assert logs[0]["grad_norm"] > 0, logs
     diffs = [step["sampling/sampling_logp_difference/max"] for step in logs]
     assert diffs[0] < SYNCED and max(diffs[1:]) > STALE, diffs

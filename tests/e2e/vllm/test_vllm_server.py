@@ -11,6 +11,7 @@ What needs a GPU (the NCCL weight sync itself) is scripts/gpu-check.sh's.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import urllib.error
@@ -18,7 +19,8 @@ import urllib.request
 
 import pytest
 
-from tests.support.vllm_runs import TINY_DATA, TINY_MODEL, env, free_port, run, start, stop, trainer_cmd, write_json
+from tests.support.trainer import TINY_DATA, TINY_MODEL, free_port, run, trainer_cmd
+from tests.support.vllm_runs import start_logged, stop, vllm_env
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +77,7 @@ def wait_healthy(proc, url: str, timeout: float) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         if proc.poll() is not None:
-            raise AssertionError(f"the vLLM server exited {proc.returncode} before it was healthy")
+            raise AssertionError(f"the vLLM server exited {proc.returncode} before it was healthy: see server.log")
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:
@@ -91,11 +93,10 @@ def test_rendered_server_generates_for_trl_client_and_the_cpu_trainer_stops_befo
     container, _service, config = rendered(port)
     argv = container["command"] + container["args"]
     argv[argv.index("--host") + 1] = "127.0.0.1"  # tests listen on loopback; nothing else differs from the pod
-    environ = env(tmp_path / "tmp", **{e["name"]: e["value"] for e in container["env"]
-                                       if e.get("value") is not None and e["name"] not in ("HOME", "HF_HOME")})
-    environ["PATH"] = f"{sys.prefix}/bin:{environ.get('PATH', '')}"
-    log = open(tmp_path / "server.log", "w")
-    proc = start(argv, environ, stdout=log, stderr=log)
+    pod_env = {e["name"]: e["value"] for e in container["env"]
+               if e.get("value") is not None and e["name"] not in ("HOME", "HF_HOME")}
+    proc = start_logged(argv, tmp_path / "server.log", **{**vllm_env(tmp_path / "tmp"), **pod_env},
+                        PATH=f"{sys.prefix}/bin:{os.environ.get('PATH', '')}")
     try:
         healthy = wait_healthy(proc, f"http://127.0.0.1:{port}/health", timeout=400)
         from trl.generation.vllm_client import VLLMClient
@@ -114,8 +115,9 @@ def test_rendered_server_generates_for_trl_client_and_the_cpu_trainer_stops_befo
         config["vllm"]["serverHost"] = "127.0.0.1"
         config["outputDir"] = str(tmp_path / "out")
         config["progress"] = {"enabled": True}
-        cfg = write_json(tmp_path / "config.json", config)
-        r = run(trainer_cmd(cfg), env(tmp_path / "tmp"), timeout=120)
+        cfg = tmp_path / "config.json"
+        cfg.write_text(json.dumps(config))
+        r = run(trainer_cmd(cfg), timeout=120, **vllm_env(tmp_path / "tmp"))
         assert r.returncode == 10, r
         assert r.error_lines() == [
             "grpo_trainer: config error (exit 10): vllm.mode=server needs a CUDA GPU in the trainer pods: TRL 1.16 "
@@ -126,4 +128,3 @@ def test_rendered_server_generates_for_trl_client_and_the_cpu_trainer_stops_befo
         print(f"vLLM server on CPU healthy after {healthy:.1f}s; trainer refused in {r.wall:.1f}s")
     finally:
         stop(proc)
-        log.close()
