@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -177,21 +178,32 @@ class NodeCluster:
         assert self.state is not None, "containerd is only reachable on the local node"
         return ["ctr", "--address", str(self.state / "run" / "containerd" / "containerd.sock"), "-n", "k8s.io"]
 
-    def images(self) -> set[str]:
+    def images(self) -> dict[str, str]:
+        """name → target digest of the images in the node's containerd."""
         if self.external:
-            return set()
-        return set(_run([*self.ctr, "images", "ls", "-q"]).stdout.split())
+            return {}
+        out = {}
+        for line in _run([*self.ctr, "images", "ls"]).stdout.splitlines()[1:]:
+            parts = line.split()
+            if len(parts) >= 3:
+                out[parts[0]] = parts[2]
+        return out
 
-    def import_images(self, archives: Iterable[Path], names: Iterable[str] = ()) -> float:
-        """Import OCI archives into the node's containerd (skipped for names already there).  Seconds taken.
+    def import_images(self, archives: Iterable[Path]) -> float:
+        """Import OCI archives into the node's containerd, unless every image an archive names is there with the
+        archive's digest (containerd's root outlives down.sh: a 1 GB import is paid once per build).  Seconds taken.
         On an external cluster the images must already be loaded (kind load / k3d image import)."""
         if self.external:
             return 0.0
-        have = self.images()
-        todo = [a for a, n in zip(archives, list(names) or [None] * 999) if n is None or n not in have]
         t0 = time.monotonic()
-        for a in todo:
-            _run([*self.ctr, "images", "import", str(a)], timeout=900)
+        have = self.images()
+        for a in archives:
+            with tarfile.open(a) as tf:
+                index = json.load(tf.extractfile("index.json"))  # type: ignore[arg-type]
+            wanted = {m.get("annotations", {}).get("io.containerd.image.name"): m["digest"]
+                      for m in index.get("manifests", [])}
+            if not wanted or any(have.get(n) != d for n, d in wanted.items()):
+                _run([*self.ctr, "images", "import", str(a)], timeout=900)
         return time.monotonic() - t0
 
     def node_name(self) -> str:

@@ -1,0 +1,302 @@
+"""The user's whole journey on a real cluster, with the real helm and kubectl, as a user does it:
+
+  helm install the chart (operator in the cluster from its image, webhook through its Service, RBAC as shipped)
+  → an invalid spec refused by `kubectl apply` through that webhook
+  → a 2-node CPU GRPOJob with a shared PVC: pods scheduled, run the CPU trainer image, rendezvous by c10d through
+    the headless Service's DNS, train the tiny model; `kubectl get grpojobs` shows STEP and REWARD moving
+  → the rank-0 container's process SIGKILLed (from the host on our node, as an OOM kill would) → gang restart →
+    the new pods resume from the checkpoint on the PVC, the step continues → Succeeded → `kubectl delete` → no child
+  → a job whose image does not exist: a condition with the kubelet's reason
+  → helm upgrade keeps the webhook; helm uninstall removes both webhook configurations and strands no GRPOJob.
+
+Where: the project's real single-node cluster (scripts/node/, root + scripts/install-test-deps.sh), or, unchanged,
+any cluster of GRPO_TEST_KUBECONFIG (kind, k3d, a real one) with the two images loaded (docs/real-node.md).
+The transcript of every command goes to $GRPO_JOURNEY_TRANSCRIPT (default out/journey/transcript.txt).
+~5-7 min with the images built (scripts/build-images.sh caches them by input hash).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from tests.support.journey import (OP_NAMESPACE, RELEASE, CHART, Transcript, User, build_images, chart_images,
+                                   install_chart, model_configmaps, progress_records, storage, tiny_job, wait_webhook,
+                                   webhook_config_name)
+from tests.support.node import REPO, NodeCluster, NodeUnavailable, node_unavailable_reason, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the first test also builds and imports the images
+NS = "journey"
+MAX_STEPS, SAVE_STEPS = 150, 25  # ~0.3 s a step here: long enough to watch, kill and resume
+TIMINGS: dict[str, float] = {}
+
+
+# -------------------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def node() -> Iterator[NodeCluster]:
+    if not os.environ.get("GRPO_TEST_KUBECONFIG"):
+        reason = node_unavailable_reason()
+        if reason:
+            if os.environ.get("GRPO_TEST_REQUIRE_CLUSTER", "") not in ("", "0"):
+                pytest.fail(reason, pytrace=False)
+            pytest.skip(reason)
+    try:
+        with NodeCluster.start() as n:
+            yield n
+            TIMINGS.update({f"node_{k}": v for k, v in n.timings.items()})
+    except NodeUnavailable as exc:  # pragma: no cover - raced with the check above
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def transcript() -> Transcript:
+    path = Path(os.environ.get("GRPO_JOURNEY_TRANSCRIPT", REPO / "out" / "journey" / "transcript.txt"))
+    return Transcript(path)
+
+
+@pytest.fixture(scope="module")
+def user(node: NodeCluster, transcript: Transcript) -> Iterator[User]:
+    u = User(node, transcript)
+    op_image, trainer_image = chart_images()
+    if node.external:
+        transcript.note(f"external cluster ({node.kubeconfig}): images {op_image}, {trainer_image} must be loaded")
+    else:
+        t = time.monotonic()
+        archives = build_images(log=transcript.path.with_name("build-images.log"))
+        TIMINGS["build_images_s"] = time.monotonic() - t
+        TIMINGS["import_images_s"] = node.import_images([archives["operator"], archives["trainer"]])
+        have = node.images()
+        assert op_image in have and trainer_image in have, f"imported images: {sorted(have)}"
+        transcript.note(f"images imported in {TIMINGS['import_images_s']:.1f} s: {op_image}, {trainer_image}")
+    u.kubectl("get", "nodes", "-o", "wide")
+    yield u
+    # leave an external cluster as we found it (our own node is torn down whole)
+    if node.external:
+        u.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+        u.helm("uninstall", RELEASE, "-n", OP_NAMESPACE, check=False)
+
+
+@pytest.fixture(scope="module")
+def release(user: User) -> Iterator[User]:
+    user.transcript.note("helm install: the chart with its defaults (images, RBAC, webhook through its Service)")
+    TIMINGS["helm_install_s"] = install_chart(user)
+    user.kubectl("get", "pods,svc,validatingwebhookconfiguration,mutatingwebhookconfiguration", "-n", OP_NAMESPACE)
+    user.kubectl("create", "namespace", NS)
+    yield user
+    # what the pods said, for the transcript's reader (the node's logs go with down.sh)
+    pods_dir = user.transcript.path.with_name("pods")
+    pods_dir.mkdir(exist_ok=True)
+    for ns in (NS, OP_NAMESPACE):
+        for p in (user.json("get", "pods", "-n", ns) or {}).get("items", []):
+            name = p["metadata"]["name"]
+            (pods_dir / f"{ns}_{name}.log").write_text(
+                user.kubectl("logs", "-n", ns, name, "--all-containers", quiet=True, check=False).stdout)
+    user.kubectl("get", "events", "-n", NS, "--sort-by=.lastTimestamp", check=False)
+
+
+def pods_of(user: User, job: str, attempt: int | None = None) -> list[dict[str, Any]]:
+    sel = f"grpo.dev/job-name={job}" + (f",grpo.dev/attempt={attempt}" if attempt is not None else "")
+    got = user.json("get", "pods", "-n", NS, "-l", sel)
+    return [p for p in (got or {}).get("items", []) if p["metadata"]["labels"].get("grpo.dev/role") == "trainer"]
+
+
+def logs(user: User, pod: str) -> str:
+    return user.kubectl("logs", "-n", NS, pod, "-c", "trainer", quiet=True, check=False).stdout
+
+
+def job_status(user: User, name: str) -> dict[str, Any]:
+    return (user.json("get", "grpojob", name, "-n", NS) or {}).get("status") or {}
+
+
+# -------------------------------------------------------------------------------------------------- the journey
+def test_journey_train_kill_resume_succeed_delete(release: User) -> None:
+    user, tr = release, release.transcript
+    node = user.node
+
+    tr.note("an invalid spec is refused by kubectl apply, through the webhook's Service")
+    t = time.monotonic()
+    cp = user.kubectl("apply", "-n", NS, "-f", "examples/invalid-batch.yaml", check=False)
+    TIMINGS["refusal_s"] = time.monotonic() - t
+    assert cp.returncode != 0 and "denied the request" in cp.stderr, cp.stderr
+    assert "numGenerations" in cp.stderr and "Valid numGenerations" in cp.stderr, cp.stderr
+    assert user.json("get", "grpojob", "wrong-batch", "-n", NS) is None
+
+    tr.note("model and data as ConfigMaps, a PVC for checkpoints, then the 2-node CPU job")
+    model_configmaps(user, NS)
+    storage(user, NS)
+    manifest = REPO / "out" / "journey" / "tiny.yaml"
+    manifest.write_text(yaml.safe_dump(tiny_job("tiny", max_steps=MAX_STEPS, save_steps=SAVE_STEPS), sort_keys=False))
+    tr.write(manifest.read_text())
+    t_apply_wall, t_apply = time.time(), time.monotonic()
+    user.kubectl("apply", "-n", NS, "-f", str(manifest))
+
+    def running_pods() -> list[dict[str, Any]] | None:
+        ps = pods_of(user, "tiny", 0)
+        return ps if len(ps) == 2 and all(p["status"].get("phase") == "Running" for p in ps) else None
+
+    pods = wait_for(running_pods, 180, 0.3, what="both trainer pods Running")
+    TIMINGS["apply_to_running_s"] = time.monotonic() - t_apply
+    user.kubectl("get", "pods", "-n", NS, "-o", "wide")
+    names = sorted(p["metadata"]["name"] for p in pods)
+
+    # the first training step in the pods' logs (rank 0's GRPO_PROGRESS lines; c10d decides which pod that is)
+    def first_step() -> tuple[str, dict[str, Any]] | None:
+        for n in names:
+            recs = progress_records(logs(user, n))
+            if recs:
+                return n, recs[0]
+        return None
+
+    rank0_pod, rec = wait_for(first_step, 300, 0.5, what="the first training step in the pods' logs")
+    TIMINGS["apply_to_first_step_s"] = rec["timestamp"] - t_apply_wall
+    tr.note(f"first step {rec['step']} in {rank0_pod}'s log {TIMINGS['apply_to_first_step_s']:.1f} s after apply")
+    # c10d rendezvous through the headless Service's DNS: the other pod found rank 0's store by name
+    other = [n for n in names if n != rank0_pod][0]
+    assert "tiny-node-0.tiny" in json.dumps(pods[0]["spec"]["containers"][0]["args"])
+    assert logs(user, other) is not None
+
+    tr.note("kubectl get grpojobs: STEP and REWARD move (scraped by the in-cluster operator over the pod network)")
+    seen: set[str] = set()
+
+    def moving() -> bool:
+        out = user.kubectl("get", "grpojobs", "-n", NS).stdout
+        row = out.splitlines()[1].split()
+        header = out.splitlines()[0].split()
+        step, reward = row[header.index("STEP")], row[header.index("REWARD")]
+        if step != "<none>" and reward != "<none>":
+            seen.add(step)
+        return len(seen) >= 2
+
+    wait_for(moving, 240, 1.0, what="STEP to take two values with a REWARD in kubectl get grpojobs")
+    user.kubectl("get", "grpojobs", "-n", NS, "-o", "wide")
+
+    # a checkpoint on the PVC before the kill (a step past saveSteps is logged after that checkpoint is written)
+    def past_checkpoint() -> int | None:
+        recs = progress_records(logs(user, rank0_pod))
+        return recs[-1]["step"] if recs and SAVE_STEPS < recs[-1]["step"] < MAX_STEPS // 2 else None
+
+    killed_at = wait_for(past_checkpoint, 300, 0.3, what=f"a step past checkpoint-{SAVE_STEPS}")
+    user.kubectl("logs", "-n", NS, rank0_pod, "-c", "trainer", "--tail=3")
+    tr.note(f"SIGKILL of {rank0_pod}'s trainer process at step {killed_at}")
+    t_kill_wall, t_kill = time.time(), time.monotonic()
+    how = node.kill_container_main_process(NS, rank0_pod, "trainer")
+    tr.write(f"killed: {how}")
+
+    def resumed() -> tuple[str, dict[str, Any]] | None:
+        for p in pods_of(user, "tiny", 1):
+            recs = progress_records(logs(user, p["metadata"]["name"]))
+            if recs:
+                return p["metadata"]["name"], recs[0]
+        return None
+
+    new_rank0, first_resumed = wait_for(resumed, 360, 0.5, what="the first step after the gang restart")
+    TIMINGS["kill_to_resumed_step_s"] = first_resumed["timestamp"] - t_kill_wall
+    tr.note(f"resumed: first step {first_resumed['step']} in {new_rank0} "
+            f"{TIMINGS['kill_to_resumed_step_s']:.1f} s after the kill")
+    st = job_status(user, "tiny")
+    assert st.get("restarts", 0) >= 1, st
+    # resumed from the checkpoint on the PVC: not from step 1, and no later than where it was killed
+    assert 1 < first_resumed["step"] <= killed_at + 1, (first_resumed, killed_at)
+    user.kubectl("get", "grpojobs", "-n", NS)
+    user.kubectl("describe", "grpojob", "tiny", "-n", NS)
+
+    def finished() -> dict[str, Any] | None:
+        s = job_status(user, "tiny")
+        if s.get("phase") == "Failed":
+            raise AssertionError(f"the job failed: {json.dumps(s)[:3000]}\n{logs(user, new_rank0)[-3000:]}")
+        return s if s.get("phase") == "Succeeded" else None
+
+    final = wait_for(finished, 600, 1.0, what="Succeeded")
+    TIMINGS["apply_to_succeeded_s"] = time.monotonic() - t_apply
+    user.kubectl("get", "grpojobs", "-n", NS, "-o", "wide")
+    assert (final.get("progress") or {}).get("step") == MAX_STEPS, final
+    steps = [r["step"] for r in progress_records(logs(user, new_rank0))]
+    assert steps and steps[-1] == MAX_STEPS, steps
+    user.kubectl("logs", "-n", NS, new_rank0, "-c", "trainer", "--tail=4")
+    if not node.external:  # the checkpoints are on the node's local volume
+        ckpts = sorted(p.name for p in (node.state / "volumes" / "ckpt" / "tiny").glob("checkpoint-*"))
+        tr.write(f"checkpoints on the PV: {ckpts}")
+        assert f"checkpoint-{MAX_STEPS}" in ckpts or f"checkpoint-{SAVE_STEPS * (MAX_STEPS // SAVE_STEPS)}" in ckpts
+
+    tr.note("kubectl delete grpojob: every child goes (owner references, the cluster's garbage collector)")
+    t = time.monotonic()
+    user.kubectl("delete", "grpojob", "tiny", "-n", NS, "--wait=true", "--timeout=60s")
+
+    def no_children() -> bool:
+        out = user.kubectl("get", "pods,services,configmaps", "-n", NS, "-l", "grpo.dev/job-name=tiny", "-o", "name",
+                           quiet=True).stdout
+        return not out.strip()
+
+    wait_for(no_children, 120, 0.5, what="the job's pods, Service and ConfigMap to be gone")
+    TIMINGS["delete_to_no_children_s"] = time.monotonic() - t
+    user.kubectl("get", "pods,services,configmaps", "-n", NS)
+    tr.note("timings: " + json.dumps({k: round(v, 2) for k, v in TIMINGS.items()}))
+
+
+def test_a_missing_image_gets_the_kubelets_reason(release: User) -> None:
+    user, tr = release, release.transcript
+    tr.note("a job whose image does not exist")
+    job = tiny_job("no-image", max_steps=2, save_steps=2, image="registry.invalid/grpo/no-such-trainer:0")
+    job["spec"].pop("output")
+    user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(job))
+
+    def condition() -> dict[str, Any] | None:
+        for c in job_status(user, "no-image").get("conditions") or []:
+            if c["type"] == "Running" and c["status"] == "False" and c["reason"] in (
+                    "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"):
+                return c
+        return None
+
+    c = wait_for(condition, 180, 1.0, what="a Running=False condition with the kubelet's image-pull reason")
+    assert "no-image-node-" in c["message"] and c["reason"] in c["message"], c
+    user.kubectl("get", "grpojob", "no-image", "-n", NS)
+    user.kubectl("describe", "grpojob", "no-image", "-n", NS)
+    user.kubectl("delete", "grpojob", "no-image", "-n", NS, "--wait=true", "--timeout=60s")
+
+
+def test_upgrade_keeps_the_webhook_and_uninstall_strands_nothing(release: User) -> None:
+    user, tr = release, release.transcript
+    vwc = webhook_config_name()
+    tr.note("helm upgrade: the new operator fills in the chart's (empty) configuration again")
+
+    def ca_bundle() -> str | None:
+        hooks = (user.json("get", "validatingwebhookconfiguration", vwc) or {}).get("webhooks") or []
+        return hooks[0]["clientConfig"].get("caBundle") if hooks else None
+
+    before = ca_bundle()
+    assert before
+    user.helm("upgrade", RELEASE, str(CHART), "-n", OP_NAMESPACE, "--reuse-values", "--set", "logging.level=DEBUG",
+              "--wait", "--timeout", "5m", timeout=400)
+    # the new operator generates a new CA: wait for its configuration, not the old one's
+    wait_for(lambda: ca_bundle() not in (None, before), 120, 0.5, what="the upgraded operator's webhook configuration")
+    cp = user.kubectl("apply", "-n", NS, "-f", "examples/invalid-batch.yaml", check=False)
+    assert cp.returncode != 0 and "denied the request" in cp.stderr, cp.stderr
+    # the refusal is not logged as an operator error
+    log = user.kubectl("logs", "-n", OP_NAMESPACE, f"deployment/{RELEASE}-grpo-operator", quiet=True).stdout
+    refusals = [json.loads(line) for line in log.splitlines() if "failed permanently" in line and line.startswith("{")]
+    assert refusals and all(r.get("levelname", r.get("level", "")).upper() == "INFO" for r in refusals), refusals[:2]
+
+    tr.note("a job that outlives the operator, then helm uninstall")
+    survivor = tiny_job("survivor", max_steps=2, save_steps=2)
+    survivor["spec"]["runPolicy"]["suspend"] = True
+    survivor["spec"].pop("output")
+    user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(survivor))
+    wait_for(lambda: job_status(user, "survivor").get("phase") == "Suspended", 60, 0.5, what="survivor Suspended")
+    user.helm("uninstall", RELEASE, "-n", OP_NAMESPACE, "--wait", "--timeout", "3m", timeout=300)
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        assert user.json("get", kind, vwc) is None, f"{kind} {vwc} left behind by helm uninstall"
+    assert user.json("get", "crd", "grpojobs.grpo.dev") is not None, "the CRD must stay (your jobs live in it)"
+    assert user.json("get", "grpojob", "survivor", "-n", NS) is not None
+    # no stale webhook refuses new jobs, and no finalizer strands the old one
+    after = tiny_job("after-uninstall", max_steps=2, save_steps=2)
+    after["spec"]["runPolicy"]["suspend"] = True
+    after["spec"].pop("output")
+    user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(after))
+    user.kubectl("delete", "grpojob", "survivor", "after-uninstall", "-n", NS, "--wait=true", "--timeout=30s")
+    user.kubectl("get", "grpojobs,pods", "-n", NS)
