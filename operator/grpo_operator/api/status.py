@@ -32,18 +32,11 @@ class Phase(_Str):
 TERMINAL = (Phase.SUCCEEDED, Phase.FAILED)
 
 
-class ConditionType(_Str):
-    """status.conditions[].type."""
-
-    CREATED = "Created"
-    RUNNING = "Running"
-    RESTARTING = "Restarting"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    SUSPENDED = "Suspended"
-    REJECTED = "Rejected"
-    UNSCHEDULABLE = "Unschedulable"
-    QUEUED = "Queued"  # Kueue holds the pods at its admission gate (docs/scheduling.md)
+# status.conditions[].type: one per phase but Pending, plus Created (the pods exist), Unschedulable and Queued (Kueue
+# holds the pods at its admission gate, docs/scheduling.md)
+ConditionType = _Str("ConditionType", [("CREATED", "Created")]
+                     + [(p.name, p.value) for p in Phase if p is not Phase.PENDING]
+                     + [("UNSCHEDULABLE", "Unschedulable"), ("QUEUED", "Queued")])
 
 
 class Reason(_Str):
