@@ -102,7 +102,29 @@ def _patch_trl_llm() -> None:
     def llm(*args, **kwargs):
         kwargs.setdefault("enforce_eager", True)
         kwargs.setdefault("dtype", "float32")
-        return original(*args, **kwargs)
+        engine = original(*args, **kwargs)
+        check_plain_linears(engine)
+        return engine
 
     llm._grpo_cpu = True  # type: ignore[attr-defined]
     vllm_generation.LLM = llm
+
+
+def check_plain_linears(llm) -> None:
+    """Fail at start, not silently mid-training, if a vLLM linear layer computes with anything but its own `weight`:
+    TRL's sync writes `weight`, so vLLM would keep generating from the initial model (a future vLLM could add a CPU
+    path that bypasses the patch above). Skipped when vLLM's in-process model is not where TRL itself reaches it."""
+    import torch
+
+    try:
+        model = llm.llm_engine.model_executor.driver_worker.model_runner.model  # where TRL's sync writes
+    except AttributeError:
+        return
+    bad = [name for name, module in model.named_modules()
+           if hasattr(module, "cpu_linear") and isinstance(getattr(module, "weight", None), torch.Tensor)
+           and module.weight.ndim == 2 and (module.cpu_linear is not torch.nn.functional.linear
+                                            or module.weight.numel() == 0)]
+    if bad:
+        raise RuntimeError(f"vLLM computes {len(bad)} linear layer(s) (e.g. {bad[0]}) from a repacked copy of the "
+                           "weights, which TRL's weight sync does not update; this vLLM version is not supported by "
+                           "grpo_trainer on CPU")
