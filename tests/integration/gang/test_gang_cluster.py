@@ -273,3 +273,38 @@ def test_the_pod_group_comes_first_is_owned_and_outlives_a_gang_restart(pod_grou
     # deleting the job deletes its PodGroup (the garbage collector, through the owner reference)
     k("delete", "grpojob", "pgj", "-n", ns, "--wait=false")
     wait_until(lambda: not k.exists(PLURALS[gang], "pgj", "-n", ns), 60, 0.5, what="PodGroup garbage-collected")
+
+
+def test_kueue_eviction_is_not_a_failure(operator_process: Any, controlplane: Any, kubectl: Any,
+                                         k8s_namespace: str) -> None:
+    """Kueue preempts the group (TerminationTarget on each pod, then deletes them): the job, with no restart left
+    to spend, recreates its pods as replacements in the same group instead of failing."""
+    k, ns = kubectl, k8s_namespace
+    body = job_body("ke", ns)
+    body["metadata"]["labels"] = {g.KUEUE_QUEUE_LABEL: "lq"}
+    body["spec"]["runPolicy"]["backoffLimit"] = 0
+    k.apply(body)
+    sim = KueueAndNode(controlplane, ns)
+    sim.run_until(lambda: _status(k, ns, "ke").get("phase") == "Running", 60, "attempt 0 running")
+    group = {p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL] for p in _live(k, ns, "ke")}
+    for name in ("ke-node-0", "ke-node-1"):  # what Kueue's Stop() does (pod_controller.go)
+        sim._patch(name, {"status": {"conditions": [{"type": g.KUEUE_TERMINATION_TARGET, "status": "True",
+                                                     "reason": "WorkloadEvicted", "message": "Preempted",
+                                                     "lastTransitionTime": "2030-01-01T00:00:00Z"}]}}, "/status")
+        r = controlplane.api("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
+        assert r.ok, r.message
+
+    def requeued_and_running() -> bool:
+        st = _status(k, ns, "ke")
+        return st.get("phase") == "Running" and st.get("restarts") == 1 and st.get("requeues") == 1
+
+    sim.run_until(requeued_and_running, 90, "attempt 1 running after the eviction")
+    now = _live(k, ns, "ke")
+    assert [p["metadata"]["name"] for p in now] == ["ke-node-0-a1", "ke-node-1-a1"]
+    assert {p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL] for p in now} == group
+    st = _status(k, ns, "ke")
+    assert not any(c["type"] == "Failed" for c in st["conditions"]) and "lastFailureReason" not in st
+    evs = wait_until(lambda: [e for e in _events(k, ns, "ke") if e["reason"] == "Restarting"], 30, 0.5,
+                     what="the Restarting event")
+    assert "Kueue evicted the pods" in evs[0]["message"] and "not counted" in evs[0]["message"], evs[0]
+    assert sim.excess == []
