@@ -69,7 +69,7 @@ def wait_pods(client: Any, name: str, n: int, attempt: int = 0) -> list[Any]:
         pods = [p for p in job.pods_of_attempt(attempt) if not p.deleting]
         return pods if len(pods) == n and job.attempt == attempt else None
 
-    return wait_until(ready, 30, 0.1, what=f"{n} pods of {name} at attempt {attempt}")
+    return wait_until(ready, 60, 0.1, what=f"{n} pods of {name} at attempt {attempt}")
 
 
 def test_submit_list_describe(env: dict[str, str], client: Any, k8s_namespace: str, tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_submit_list_describe(env: dict[str, str], client: Any, k8s_namespace: s
     pods = wait_pods(client, "sub", 2)
     assert [(p.rank, p.name, p.phase, p.started) for p in pods] == [(0, "sub-node-0", "Pending", False),
                                                                     (1, "sub-node-1", "Pending", False)]
-    client.wait_for_job_status("sub", "Pending", timeout=30)
+    client.wait_for_job_status("sub", "Pending", timeout=60)
 
     r = grpo(env, "list", "-n", ns)
     assert r.returncode == 0, r.stderr
@@ -141,12 +141,12 @@ def test_wait_on_every_outcome(env: dict[str, str], client: Any, crd: Any, k8s_n
     for name in ("ok", "bad", "slow", "gone"):
         client.create_job(manifest(name))
     seen: list[str] = []
-    ok = grpo_bg(env, "wait", "ok", "--for", "Succeeded", "-n", ns, "--timeout", "60s")
+    ok = grpo_bg(env, "wait", "ok", "--for", "Succeeded", "-n", ns, "--timeout", "120s")
     bad = grpo_bg(env, "wait", "bad", "--for", "Succeeded,Running", "-n", ns)
     gone = grpo_bg(env, "wait", "gone", "--for", "Running", "-n", ns)
     for name in ("ok", "bad", "gone"):
         wait_pods(client, name, 1)
-    client.wait_for_job_status("ok", "Pending", timeout=30)
+    client.wait_for_job_status("ok", "Pending", timeout=60)
 
     r = grpo(env, "wait", "slow", "--for", "Running", "-n", ns, "--timeout", "1s")  # nothing plays its pod
     assert r.returncode == 2 and "timed out" in one_line_error(r) and "Pending" in r.stderr
@@ -154,14 +154,14 @@ def test_wait_on_every_outcome(env: dict[str, str], client: Any, crd: Any, k8s_n
         client.wait_for_job_status("slow", "Running", timeout=0.5)
 
     pod_running(k, ns, "ok-node-0")
-    job = client.wait_for_job_status("ok", {"Running"}, timeout=30, callbacks=lambda j: seen.append(j.phase))
+    job = client.wait_for_job_status("ok", {"Running"}, timeout=60, callbacks=lambda j: seen.append(j.phase))
     assert job.phase == "Running" and seen[-1] == "Running"
     pod_exit(k, ns, "ok-node-0", 0)
-    out, err = ok.communicate(timeout=60)
+    out, err = ok.communicate(timeout=150)
     assert ok.returncode == 0 and out.strip() == "grpojob.grpo.dev/ok Succeeded", out + err
 
     pod_exit(k, ns, "bad-node-0", 2, "DatasetError: no such split")  # permanent: no restart
-    out, err = bad.communicate(timeout=60)
+    out, err = bad.communicate(timeout=150)
     assert bad.returncode == 1 and "bad Failed" in err and "Traceback" not in err, out + err
     with pytest.raises(JobFailed) as failed:
         client.wait_for_job_status("bad", "Succeeded", timeout=10)
@@ -174,7 +174,7 @@ def test_wait_on_every_outcome(env: dict[str, str], client: Any, crd: Any, k8s_n
         client.wait_for_job_status("ok", "Running", timeout=10)
 
     client.delete_job("gone")
-    out, err = gone.communicate(timeout=60)
+    out, err = gone.communicate(timeout=150)
     assert gone.returncode == 1 and "deleted" in err, out + err
     r = grpo(env, "wait", "gone", "--for", "Running", "-n", ns)
     assert r.returncode == 1 and "not found" in one_line_error(r)
@@ -190,13 +190,13 @@ def test_gang_restart_is_seen_as_a_new_attempt(env: dict[str, str], client: Any,
     client.create_job(manifest("gang", nodes=2))
     for p in wait_pods(client, "gang", 2):
         pod_running(k, ns, p.name)
-    client.wait_for_job_status("gang", "Running", timeout=30)
+    client.wait_for_job_status("gang", "Running", timeout=60)
     pod_exit(k, ns, "gang-node-1", 137)  # retryable: a gang restart to attempt 1
     new = wait_pods(client, "gang", 2, attempt=1)
     assert {p.name for p in new} == {"gang-node-0", "gang-node-1"} and all(not p.started for p in new)
     selected = k.json("get", "pods", "-n", ns, "-l", "grpo.dev/job-name=gang,grpo.dev/attempt=1")["items"]
     assert len(selected) == 2  # the attempt is a label: one attempt's pods can be selected
-    client.wait_for_job_status("gang", {"Pending"}, timeout=30)
+    client.wait_for_job_status("gang", {"Pending"}, timeout=60)
     job = client.get_job("gang")
     assert job.attempt == 1 and job.last_failure_reason and job.pod_for_rank(1).attempt == 1
     r = grpo(env, "describe", "gang", "-n", ns)
@@ -213,14 +213,14 @@ def test_suspend_resume(env: dict[str, str], client: Any, crd: Any, k8s_namespac
     wait_pods(client, "pause", 2)
     r = grpo(env, "suspend", "pause", "-n", ns)
     assert r.returncode == 0 and r.stdout.strip() == "grpojob.grpo.dev/pause suspended", r.stderr
-    r = grpo(env, "wait", "pause", "--for", "Suspended", "-n", ns, "--timeout", "30s")
+    r = grpo(env, "wait", "pause", "--for", "Suspended", "-n", ns, "--timeout", "90s")
     assert r.returncode == 0, r.stderr
-    wait_until(lambda: not client.get_job("pause").pods, 30, 0.1, what="pods deleted on suspend")
+    wait_until(lambda: not client.get_job("pause").pods, 60, 0.1, what="pods deleted on suspend")
     job = client.get_job("pause")
     assert job.suspended and job.condition("Suspended").status == "True"
     r = grpo(env, "resume", "pause", "-n", ns)
     assert r.returncode == 0 and r.stdout.strip() == "grpojob.grpo.dev/pause resumed", r.stderr
-    job = client.wait_for_job_status("pause", "Pending", timeout=30)
+    job = client.wait_for_job_status("pause", "Pending", timeout=60)
     assert not job.suspended and job.condition("Suspended").status == "False"
     assert len(wait_pods(client, "pause", 2)) == 2
     r = grpo(env, "suspend", "nope", "-n", ns)
