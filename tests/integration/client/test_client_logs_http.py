@@ -22,7 +22,7 @@ import pytest
 from grpo_operator.client import GRPOClient
 from grpo_operator.render import manifests
 
-pytestmark = [pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(240)]
 NS, JOB, UID = "ns", "train", "job-uid"
 
 
@@ -307,7 +307,7 @@ def test_the_real_node_journey_check_runs(world: tuple[World, Path]) -> None:
 
     w, kubeconfig = world
     w.pod(0, 0, "Running", ["a0: step 0"])
-    transcript = check_logs_follow_gang_restart(kubeconfig, NS, JOB, restart=lambda: gang_restart(w), timeout=60)
+    transcript = check_logs_follow_gang_restart(kubeconfig, NS, JOB, restart=lambda: gang_restart(w), timeout=120)
     assert "now following attempt 1" in transcript and "a1: step 3" in transcript
     assert "$ kubectl grpo wait train --for Succeeded" in transcript and "(exit 0)" in transcript
 
