@@ -1,0 +1,131 @@
+"""The user's first run, on a real cluster vs. on this machine (docs/performance.md, "The journey").
+
+    sudo .venv/bin/python bench/journey_bench.py [--runs 3] [--out out/journey/bench.json]
+
+In one process, on the same machine, alternately:
+  * cluster: `kubectl apply` of the tiny 2-node CPU job (tests/support/journey.py: 2 pods × 1 process, model and data
+    from ConfigMaps, checkpoints on a local PV) → the first training step in the pods' logs (the trainer's own
+    timestamp of its first GRPO_PROGRESS line). Includes scheduling, pod sandboxes, the image's Python start, c10d
+    rendezvous through the cluster DNS, model load and the first step.
+  * local: `grpojob run --local` of the same job (nodes 2 → 2 local processes, the same model, data and training
+    arguments) → its first training step (model load and first step too).
+  ratio = cluster / local (goal ≤ 1.3).
+  * resume: SIGKILL of the rank-0 container's main process from the host → the first step of the restarted gang
+    (operator backoff 1 s, new pods, model load, checkpoint restore).
+
+The cluster is the project's real node (scripts/node/up.sh) or GRPO_TEST_KUBECONFIG; the chart is installed once with
+`lifecycle.backoffBaseSeconds=1` and `metrics.progressIntervalSeconds=2`. Needs root for the local node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # bench/ is not a package: reach tests.support like `python -m pytest` does
+
+import yaml  # noqa: E402
+
+from tests.support.journey import (Transcript, User, build_images, install_chart,  # noqa: E402
+                                   model_configmaps, progress_records, storage, tiny_job)
+from tests.support.node import NodeCluster, wait_for  # noqa: E402
+
+NS = "journey-bench"
+
+
+def local_first_step(max_steps: int) -> float:
+    """`grpojob run --local` of the same job → seconds from start to its first step (trainer's timestamp)."""
+    job = tiny_job("bench-local", max_steps=max_steps, save_steps=max_steps)
+    job["spec"]["model"] = str(REPO / "examples" / "local-tiny" / "model")
+    job["spec"]["dataset"]["name"] = str(REPO / "examples" / "local-tiny" / "data" / "arithmetic.jsonl")
+    for key in ("template", "output", "resources"):
+        job["spec"].pop(key)
+    with tempfile.TemporaryDirectory(prefix="journey-bench-") as tmp:
+        path = Path(tmp) / "job.yaml"
+        path.write_text(yaml.safe_dump(job))
+        env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+        t0 = time.time()
+        subprocess.run([str(Path(sys.executable).parent / "grpojob"), "run", "--local", str(path), "--output-dir",
+                        str(Path(tmp) / "out"), "--no-progress", "--timeout", "600"], env=env, check=True,
+                       capture_output=True, timeout=700)
+        recs = progress_records((Path(tmp) / "out" / "train.log").read_text())
+        return recs[0]["timestamp"] - t0
+
+
+def cluster_run(user: User, name: str, max_steps: int, kill: bool) -> dict[str, float]:
+    job = tiny_job(name, max_steps=max_steps, save_steps=2)
+    t0 = time.time()
+    user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(job))
+
+    def first(attempt: int) -> tuple[str, dict] | None:
+        got = user.json("get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name},grpo.dev/attempt={attempt}")
+        for p in (got or {}).get("items", []):
+            log = user.kubectl("logs", "-n", NS, p["metadata"]["name"], "-c", "trainer", quiet=True, check=False).stdout
+            recs = progress_records(log)
+            if recs:
+                return p["metadata"]["name"], recs
+        return None
+
+    pod, recs = wait_for(lambda: first(0), 600, 0.3, what="first step")
+    out = {"apply_to_first_step_s": recs[0]["timestamp"] - t0}
+    if kill:
+        wait_for(lambda: (r := first(0)) and r[1][-1]["step"] > 2 and r, 600, 0.3, what="a step past checkpoint-2")
+        t_kill = time.time()
+        user.node.kill_container_main_process(NS, pod, "trainer")
+        _, recs = wait_for(lambda: first(1), 600, 0.3, what="first resumed step")
+        out["kill_to_resumed_step_s"] = recs[0]["timestamp"] - t_kill
+        out["resumed_at_step"] = recs[0]["step"]
+    user.kubectl("delete", "grpojob", name, "-n", NS, "--wait=true", "--timeout=120s", quiet=True)
+    wait_for(lambda: not user.kubectl("get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name}", "-o", "name",
+                                      quiet=True).stdout.strip(), 120, 0.5, what="pods gone")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--max-steps", type=int, default=8)
+    ap.add_argument("--out", type=Path, default=REPO / "out" / "journey" / "bench.json")
+    a = ap.parse_args()
+    results: dict[str, list] = {"cluster_first_step_s": [], "local_first_step_s": [], "ratio": [],
+                                "kill_to_resumed_step_s": []}
+    with NodeCluster.start() as node:
+        transcript = Transcript(a.out.with_suffix(".transcript.txt"))
+        user = User(node, transcript)
+        if not node.external:
+            archives = build_images(log=a.out.with_name("build-images.log"))
+            node.import_images([archives["operator"], archives["trainer"]])
+        install_chart(user)
+        user.kubectl("create", "namespace", NS)
+        model_configmaps(user, NS)
+        storage(user, NS)
+        for i in range(a.runs):
+            c = cluster_run(user, f"bench-{i}", a.max_steps, kill=(i == a.runs - 1))
+            local = local_first_step(a.max_steps)
+            results["cluster_first_step_s"].append(round(c["apply_to_first_step_s"], 2))
+            results["local_first_step_s"].append(round(local, 2))
+            results["ratio"].append(round(c["apply_to_first_step_s"] / local, 3))
+            if "kill_to_resumed_step_s" in c:
+                results["kill_to_resumed_step_s"].append(round(c["kill_to_resumed_step_s"], 2))
+            print(f"run {i}: cluster {c['apply_to_first_step_s']:.1f} s, local {local:.1f} s, "
+                  f"ratio {c['apply_to_first_step_s'] / local:.2f}" +
+                  (f", SIGKILL → resumed step {c['resumed_at_step']} in {c['kill_to_resumed_step_s']:.1f} s"
+                   if "kill_to_resumed_step_s" in c else ""), flush=True)
+    results["median_ratio"] = statistics.median(results["ratio"])
+    results["machine"] = {"cpus": os.cpu_count()}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
