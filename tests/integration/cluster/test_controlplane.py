@@ -154,7 +154,7 @@ def test_rbac_denies_service_account(controlplane, k8s_namespace: str) -> None:
 
 @pytest.fixture(scope="module")
 def private_cp() -> ControlPlane:
-    from .fixtures import CONTROLPLANE_BINARIES, skip_unless_binaries
+    from tests.support.cluster.fixtures import CONTROLPLANE_BINARIES, skip_unless_binaries
 
     skip_unless_binaries(CONTROLPLANE_BINARIES[:2])
     with ControlPlane(controller_manager=False, authorization_mode="RBAC",
