@@ -61,7 +61,9 @@ def local_first_step(max_steps: int) -> float:
 
 
 def cluster_run(user: User, name: str, max_steps: int, kill: bool) -> dict[str, float]:
-    job = tiny_job(name, max_steps=max_steps, save_steps=2)
+    # the kill run trains long enough to be killed mid-way, after a checkpoint (~0.3 s a step here)
+    save = 10 if kill else max_steps
+    job = tiny_job(name, max_steps=max(max_steps, 80) if kill else max_steps, save_steps=save)
     t0 = time.time()
     user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(job))
 
@@ -77,7 +79,8 @@ def cluster_run(user: User, name: str, max_steps: int, kill: bool) -> dict[str, 
     pod, recs = wait_for(lambda: first(0), 600, 0.3, what="first step")
     out = {"apply_to_first_step_s": recs[0]["timestamp"] - t0}
     if kill:
-        wait_for(lambda: (r := first(0)) and r[1][-1]["step"] > 2 and r, 600, 0.3, what="a step past checkpoint-2")
+        wait_for(lambda: (r := first(0)) and save < r[1][-1]["step"] < 40 and r, 600, 0.2,
+                 what=f"a step past checkpoint-{save}")
         t_kill = time.time()
         user.node.kill_container_main_process(NS, pod, "trainer")
         _, recs = wait_for(lambda: first(1), 600, 0.3, what="first resumed step")
