@@ -116,7 +116,9 @@ def test_vllm_cpu_defaults_follow_the_spec_and_leave_user_settings(monkeypatch, 
     gib = vs.GiB
     assert vs.default_kv_cache_gib(0.3, 2, limit_bytes=32 * gib) == 4  # 0.3 of 32 GiB shared by 2 processes
     assert vs.default_kv_cache_gib(0.05, 2, limit_bytes=8 * gib) == 1  # at least 1 GiB
-    monkeypatch.delenv(vs.KV_ENV, raising=False)
+    # (vLLM itself sets TORCHINDUCTOR_CACHE_DIR in os.environ when an earlier test ran an engine in this process)
+    for key in (vs.KV_ENV, "VLLM_RPC_BASE_PATH", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("VLLM_CACHE_ROOT", "/mine")
     env = vs.cpu_environment(0.3, 1, tmp=str(tmp_path))
     assert "VLLM_CACHE_ROOT" not in env and int(env[vs.KV_ENV]) >= 1
