@@ -80,7 +80,8 @@ tree_hash() {  # tree_hash DIR EXTRA... : content hash of the staged tree plus e
 
 # --- the base: mmdebstrap bookworm minbase + Python (and a compiler for the trainer: Triton/inductor)
 BASE_PKGS_operator="python3,python3-venv,ca-certificates"
-BASE_PKGS_trainer="python3,python3-venv,python3-dev,g++,ca-certificates"
+# libnuma1: vLLM's CPU kernels (vllm/_C.so) link it.
+BASE_PKGS_trainer="python3,python3-venv,python3-dev,g++,libnuma1,ca-certificates"
 mirror() {
   [ -n "${MIRROR:-}" ] && { echo "$MIRROR"; return; }
   local m=""
@@ -91,15 +92,31 @@ mirror() {
   fi
   echo "${m:-http://deb.debian.org/debian}"   # not Debian (e.g. Ubuntu CI runners): Debian's own mirror
 }
+security_mirror() {  # the host's debian-security mirror, else Debian's own
+  [ -n "${SECURITY_MIRROR:-}" ] && { echo "$SECURITY_MIRROR"; return; }
+  local m=""
+  if grep -qs '^ID=debian' /etc/os-release; then
+    m=$(awk '/^URIs:/{u=$2} /^Suites:/ && /-security/{print u; exit}' /etc/apt/sources.list.d/debian.sources \
+        2>/dev/null || true)
+    [ -n "$m" ] || m=$(awk '$1=="deb" && /-security/{for(i=2;i<=NF;i++) if($i ~ /^[a-z]+:\/\//){print $i; exit}}' \
+                        /etc/apt/sources.list 2>/dev/null || true)
+  fi
+  echo "${m:-http://deb.debian.org/debian-security}"
+}
+base_hash() {  # base_hash KIND: the base's recipe (packages, arch, this function's and the writer's code)
+  local pkgs_var=BASE_PKGS_$1
+  printf '%s\n' "$1" "${!pkgs_var}" "$ARCH" "$(sha256sum "$REPO/scripts/ociarchive.py" | cut -c1-64)" \
+    "$(declare -f build_base)" | sha256sum | cut -c1-16
+}
 build_base() {  # build_base KIND -> prints the OCI archive's path
   local kind=$1 pkgs_var=BASE_PKGS_$1
   local pkgs=${!pkgs_var} h
-  h=$(printf '%s\n' "$kind" "$pkgs" "$ARCH" "$(sha256sum "$REPO/scripts/ociarchive.py" | cut -c1-64)" \
-      "$(declare -f build_base)" | sha256sum | cut -c1-16)
+  h=$(base_hash "$kind")
   local archive=$CACHE/base-$kind-$ARCH-$h.tar
   if [ ! -f "$archive" ]; then
-    local m; m=$(mirror)
-    log "base ($kind): mmdebstrap bookworm minbase + $pkgs (log $LOGS/mmdebstrap-$kind.log)"
+    local m sm; m=$(mirror); sm=$(security_mirror)
+    # bookworm with its point-release updates and security fixes (the host's mirrors; not left in the image)
+    log "base ($kind): mmdebstrap bookworm(+updates, security) minbase + $pkgs (log $LOGS/mmdebstrap-$kind.log)"
     rm -f "$CACHE/base-$kind-$ARCH-"*.tar "$CACHE/rootfs-$kind.tar"
     # The mirror and apt's lists are deleted from the image: nothing of this machine stays in it.
     timeout 900 mmdebstrap --variant=minbase --architectures="$ARCH" --include="$pkgs" \
@@ -108,7 +125,8 @@ build_base() {  # build_base KIND -> prints the OCI archive's path
       --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
       --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/etc/apt/sources.list "$1"/etc/apt/sources.list.d/*' \
       --customize-hook='rm -f "$1"/etc/hostname "$1"/etc/resolv.conf; : > "$1"/etc/machine-id' \
-      bookworm "$CACHE/rootfs-$kind.tar" "$m" >"$LOGS/mmdebstrap-$kind.log" 2>&1 \
+      bookworm "$CACHE/rootfs-$kind.tar" "deb $m bookworm main" "deb $m bookworm-updates main" \
+      "deb $sm bookworm-security main" >"$LOGS/mmdebstrap-$kind.log" 2>&1 \
       || { tail -20 "$LOGS/mmdebstrap-$kind.log" >&2; die "mmdebstrap failed"; }
     python3 "$REPO/scripts/ociarchive.py" from-rootfs --arch "$ARCH" "$CACHE/rootfs-$kind.tar" "$archive.part" \
       "localhost/grpo-base-$kind:$h" >&2
@@ -117,63 +135,91 @@ build_base() {  # build_base KIND -> prints the OCI archive's path
   echo "$archive"
 }
 
-# --- buildah, in a storage of its own under DIR/.cache (nothing left in the machine's container storage; removed
-# when the script ends)
+# --- buildah, in a storage of its own under DIR/.cache (nothing in the machine's container storage). It keeps
+# buildah's layer cache between runs: a change to the sources rebuilds only the steps after their COPY. It is
+# emptied when a lock or a base changes (one generation of the 3 GB dependency layer, not one per change).
 BROOT=$CACHE/buildah
 bh() { buildah --root "$BROOT/storage" --runroot "$BROOT/run" --storage-driver overlay "$@"; }
-cleanup() { [ -d "$BROOT" ] && { bh rm --all >/dev/null 2>&1 || true; bh rmi --all --force >/dev/null 2>&1 || true; \
-  rm -rf "$BROOT"; } || true; }
+cleanup() { [ -z "${BASE_PID:-}" ] || kill "$BASE_PID" 2>/dev/null || true
+  [ -d "$BROOT" ] && { bh rm --all >/dev/null 2>&1 || true; } || true; }
 trap cleanup EXIT
+GENERATION=$({ cat "$REPO"/trainer_image/requirements*.txt "$REPO/operator/requirements.txt"; base_hash operator; \
+  base_hash trainer; } | sha256sum | cut -c1-16)
+if [ -d "$BROOT" ] && [ "$(cat "$BROOT/generation" 2>/dev/null)" != "$GENERATION" ]; then
+  bh rm --all >/dev/null 2>&1 || true; bh rmi --all --force >/dev/null 2>&1 || true; rm -rf "$BROOT"
+fi
+mkdir -p "$BROOT"; echo "$GENERATION" >"$BROOT/generation"
 HOST_CA=""
 for f in "${PIP_CERT:-}" /etc/ssl/certs/ca-certificates.crt; do [ -n "$f" ] && [ -f "$f" ] && { HOST_CA=$f; break; }; done
 # Host folders of wheels (pip's find-links of this machine, e.g. torch's CPU wheel when its index is unreachable).
 WHEELS=$(pip3 config get global.find-links 2>/dev/null || true); WHEELS=${PIP_FIND_LINKS:-$WHEELS}
+WHEELS_DIR=""  # the first of them that holds wheels
+for w in $WHEELS; do w=${w#file://}; ls "$w"/*.whl >/dev/null 2>&1 && { WHEELS_DIR=$w; break; }; done
 
-build_one() {  # build_one NAME DOCKERFILE IMAGE BASEKIND [NAME2] -- BUILDARG...
+inputs_hash() {  # inputs_hash NAME DOCKERFILE IMAGE BASEKIND ALIAS -- BUILDARG... : stages CONTEXT_PATHS, prints the hash
   local name=$1 dockerfile=$2 image=$3 basekind=$4 alias=$5; shift 6
+  stage "$CACHE/ctx-$name" "$dockerfile" "${CONTEXT_PATHS[@]}"
+  tree_hash "$CACHE/ctx-$name" "$name" "$image" "$alias" "$ARCH" "$(base_hash "$basekind")" "$@"
+}
+up_to_date() { [ -f "$OUT/$1.tar" ] && [ "$(cat "$OUT/$1.tar.inputs" 2>/dev/null)" = "$2" ]; }
+
+build_one() {  # build_one NAME DOCKERFILE IMAGE BASEKIND ALIAS -- BUILDARG...
+  local name=$1 dockerfile=$2 image=$3 basekind=$4 alias=$5
   local out=$OUT/$name.tar ctx=$CACHE/ctx-$name h base
-  stage "$ctx" "$dockerfile" "${CONTEXT_PATHS[@]}"
-  h=$(tree_hash "$ctx" "$name" "$image" "$alias" "$ARCH" "$basekind" "${BASE_PKGS_operator}" "${BASE_PKGS_trainer}" "$@")
-  if [ -f "$out" ] && [ "$(cat "$out.inputs" 2>/dev/null)" = "$h" ]; then
+  h=$(inputs_hash "$@"); shift 6
+  if up_to_date "$name" "$h"; then
     log "$name: up to date ($out, inputs $h)"; rm -rf "$ctx"; return
   fi
   base=$(build_base "$basekind")
   local base_ref="localhost/grpo-base-$basekind:$(basename "$base" .tar | sed 's/.*-//')"
   log "$name: buildah pull base; bud $dockerfile (log $LOGS/$name.log)"
   bh pull -q "oci-archive:$base" >/dev/null
+  # Binds go onto paths the base already has, so that no mount point is left behind in the image: the host's
+  # CA bundle over the base's (for the RUN steps only; the image keeps Debian's), a wheel folder on /mnt.
   local binds=() args=()
-  if [ -n "$HOST_CA" ]; then binds+=(-v "$HOST_CA:/run/host-ca.crt:ro"); args+=(--build-arg PIP_CERT=/run/host-ca.crt); fi
-  local i=0 links=()
-  for w in $WHEELS; do
-    w=${w#file://}; [ -d "$w" ] || continue
-    binds+=(-v "$w:/run/host-wheels-$i:ro"); links+=("/run/host-wheels-$i"); i=$((i + 1))
-  done
-  [ ${#links[@]} -eq 0 ] || args+=(--build-arg "PIP_FIND_LINKS=${links[*]}")
+  if [ -n "$HOST_CA" ]; then
+    binds+=(-v "$HOST_CA:/etc/ssl/certs/ca-certificates.crt:ro")
+    args+=(--build-arg PIP_CERT=/etc/ssl/certs/ca-certificates.crt)
+  fi
+  if [ -n "$WHEELS_DIR" ]; then binds+=(-v "$WHEELS_DIR:/mnt:ro"); args+=(--build-arg PIP_FIND_LINKS=/mnt); fi
   for a in "$@"; do args+=(--build-arg "$a"); done
   timeout 1800 buildah --root "$BROOT/storage" --runroot "$BROOT/run" --storage-driver overlay \
-    bud --network host --layers=false --format oci --pull=false \
+    bud --network host --layers --format oci --pull=false \
     --build-arg "BASE_IMAGE=$base_ref" "${args[@]}" "${binds[@]}" \
     -f "$ctx/$dockerfile" -t "$image" "$ctx" >"$LOGS/$name.log" 2>&1 \
     || { tail -30 "$LOGS/$name.log" >&2; die "buildah bud $dockerfile failed (log $LOGS/$name.log)"; }
   rm -f "$out" "$out.inputs"
+  log "$name: built; writing the OCI archive"
   bh push -q "$image" "oci-archive:$out.part:$image" >/dev/null 2>>"$LOGS/$name.log" \
     || die "buildah push $image failed (log $LOGS/$name.log)"
   python3 "$REPO/scripts/ociarchive.py" add-name "$out.part" "$image"  # also io.containerd.image.name
   [ -z "$alias" ] || python3 "$REPO/scripts/ociarchive.py" add-name "$out.part" "$alias"
   mv "$out.part" "$out"; echo "$h" >"$out.inputs"
-  bh rmi --all --force >/dev/null 2>&1 || true
+  bh rmi "$image" "$base_ref" >/dev/null 2>&1 || true  # the cached steps stay
   rm -rf "$ctx"
   log "$name: $out ($(du -m "$out" | cut -f1) MB) = $image${alias:+ + $alias}"
 }
 
-CONTEXT_PATHS=(pyproject.toml README.md operator/requirements.txt operator/grpo_operator trainer_image/grpo_trainer)
-build_one grpo-operator operator/Dockerfile "$OP_IMAGE" operator "" --
+OP_PATHS=(pyproject.toml README.md operator/requirements.txt operator/grpo_operator trainer_image/grpo_trainer)
+OP=(grpo-operator operator/Dockerfile "$OP_IMAGE" operator "" --)
+TR_PATHS=(trainer_image/requirements.txt trainer_image/requirements-cpu.txt trainer_image/requirements-cuda.txt
+          trainer_image/vllm-dist-alias/pyproject.toml trainer_image/grpo_trainer)
 TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
-# torch's CPU wheel from the host's wheel folders when one holds it (its index may be unreachable from here).
-for w in $WHEELS; do ls "${w#file://}"/torch-*+cpu-*.whl >/dev/null 2>&1 && TORCH_CPU_INDEX=""; done
-CONTEXT_PATHS=(trainer_image/requirements.txt trainer_image/requirements-cpu.txt trainer_image/requirements-cuda.txt
-               trainer_image/vllm-dist-alias/pyproject.toml trainer_image/grpo_trainer)
+# torch's CPU wheel from the host's wheel folder when it holds one (its index may be unreachable from here).
+[ -n "$WHEELS_DIR" ] && ls "$WHEELS_DIR"/torch-*+cpu-*.whl >/dev/null 2>&1 && TORCH_CPU_INDEX=""
 ALIAS=""; [ "$VARIANT" = cpu ] && ALIAS=$TRAINER_DEFAULT
-build_one "grpo-trainer-$VARIANT" trainer_image/Dockerfile "$TRAINER_IMAGE" trainer "$ALIAS" -- \
-  "VARIANT=$VARIANT" "TORCH_CPU_INDEX=$TORCH_CPU_INDEX"
+TR=("grpo-trainer-$VARIANT" trainer_image/Dockerfile "$TRAINER_IMAGE" trainer "$ALIAS" -- \
+    "VARIANT=$VARIANT" "TORCH_CPU_INDEX=$TORCH_CPU_INDEX")
+
+# The trainer's base bootstraps (network and dpkg bound) while the operator image builds.
+BASE_PID=""
+CONTEXT_PATHS=("${TR_PATHS[@]}")
+if ! up_to_date "${TR[0]}" "$(inputs_hash "${TR[@]}")" && [ ! -f "$CACHE/base-trainer-$ARCH-$(base_hash trainer).tar" ]; then
+  build_base trainer >/dev/null & BASE_PID=$!
+fi
+CONTEXT_PATHS=("${OP_PATHS[@]}")
+build_one "${OP[@]}"
+if [ -n "$BASE_PID" ]; then wait "$BASE_PID" || die "the trainer's base failed"; BASE_PID=""; fi
+CONTEXT_PATHS=("${TR_PATHS[@]}")
+build_one "${TR[@]}"
 log "done: $(cd "$OUT" && ls -1 grpo-operator.tar "grpo-trainer-$VARIANT.tar" | tr '\n' ' ')"
