@@ -8,9 +8,14 @@ arrived or the c10d store was lost).
 
 from __future__ import annotations
 
+import socket
 import sys
+import time
+from typing import Callable
 
 from .exitcodes import DISTRIBUTED, SIGNAL_BASE, from_returncode, is_retryable
+
+DEFAULT_JOIN_TIMEOUT = 600  # torchrun's own default for c10d's join_timeout
 
 
 def exit_code_for(exc: BaseException) -> int | None:
@@ -56,10 +61,72 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
+def wait_for_store(endpoint: str, timeout: float, *, connect_timeout: float = 2.0, interval: float = 1.0,
+                   is_host: Callable[[str], bool] | None = None, resolve=socket.getaddrinfo,
+                   clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                   say: Callable[[str], None] = lambda m: sys.stderr.write(m + "\n")) -> str:
+    """Wait until the c10d store's host name leads to this agent (it hosts the store) or to a store that accepts a
+    connection; "host", "reachable" or "timeout" (then torchrun goes on and fails as it would have).
+
+    Why: after a gang restart the new pods keep their host names but get new IPs, and the cluster DNS serves the old
+    pod's address until its endpoints catch up (CoreDNS caches too). torch resolves the name once per connect and a
+    connect to a vanished pod IP hangs for the whole read timeout (60 s) — rendezvous then failed and the gang
+    restarted again (seen on a real node). Here every try re-resolves, and a connect gives up after
+    `connect_timeout`."""
+    if is_host is None:
+        from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname as is_host
+    host, _, port_text = endpoint.rpartition(":")
+    if not host or not port_text.isdigit():
+        host, port_text = endpoint, "29400"
+    host = host.strip("[]")
+    start = clock()
+    waited = False
+    while True:
+        if is_host(host):
+            outcome = "host"
+            break
+        try:
+            addrs = [a[4] for a in resolve(host, int(port_text), type=socket.SOCK_STREAM)]
+        except (OSError, UnicodeError):
+            addrs = []
+        reached = False
+        for addr in addrs:
+            try:
+                socket.create_connection(addr[:2], timeout=connect_timeout).close()
+                reached = True
+                break
+            except OSError:
+                continue
+        if reached:
+            outcome = "reachable"
+            break
+        if clock() - start >= timeout:
+            outcome = "timeout"
+            break
+        if not waited:
+            shown = ", ".join(sorted({a[0] for a in addrs})) or "no address yet"
+            say(f"grpo_trainer.launch: waiting for the rendezvous store {host}:{port_text} ({shown}: not reachable yet)")
+            waited = True
+        sleep(interval)
+    if waited:
+        say(f"grpo_trainer.launch: rendezvous store {host}:{port_text}: {outcome} after {clock() - start:.1f} s")
+    return outcome
+
+
+def _join_timeout(rdzv_conf: str) -> float:
+    for item in (rdzv_conf or "").split(","):
+        key, _, value = item.partition("=")
+        if key.strip() == "join_timeout" and value.strip().isdigit():
+            return float(value)
+    return DEFAULT_JOIN_TIMEOUT
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.run import parse_args, run
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.rdzv_backend == "c10d" and args.rdzv_endpoint:
+        wait_for_store(args.rdzv_endpoint, _join_timeout(args.rdzv_conf))
     try:
         run(args)
     except BaseException as e:  # noqa: BLE001
