@@ -6,8 +6,12 @@ May import review, certs, api and kopf; nothing from controller or cli (metrics 
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import logging
+import ssl
 import tempfile
+import time
 from typing import Any, Callable, Optional
 
 from .. import api
@@ -64,6 +68,40 @@ def parse_service(ref: str) -> tuple[str, str, int]:
     return ns, name, int(port or 443)
 
 
+REACH_TIMEOUT = 30.0  # seconds to wait for our own Service before publishing the configuration anyway
+
+
+async def until_reachable(host: str, port: int, ca_bundle: Optional[str], timeout: float, *,
+                          dial: Optional[tuple[str, int]] = None, interval: float = 0.5) -> bool:
+    """Wait until a TLS handshake through `host:port` (our Service) verifies with our CA for that name: then the
+    Service routes to a server holding our certificate. False (and a warning) after `timeout`: publish anyway (a
+    pod that cannot reach its own Service - no cluster DNS, no hairpin - must still serve the webhook)."""
+    ctx = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode() if ca_bundle else None)
+    target = dial or (host, port)
+    start = time.monotonic()
+    last: BaseException | None = None
+    while True:
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(target[0], target[1], ssl=ctx, server_hostname=host), timeout=5)
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (OSError, ssl.SSLError):
+                pass
+            waited = time.monotonic() - start
+            if last is not None:
+                log.info("webhook reachable through %s:%d after %.1f s; publishing its configuration", host, port, waited)
+            return True
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
+            last = exc
+        if time.monotonic() - start >= timeout:
+            log.warning("webhook not reachable through %s:%d after %.0f s (%s); publishing its configuration anyway",
+                        host, port, timeout, last)
+            return False
+        await asyncio.sleep(interval)
+
+
 def _service_server_class() -> Any:
     import kopf
 
@@ -74,13 +112,21 @@ def _service_server_class() -> Any:
         always reaches a Service reference through its own service proxy.
         """
 
-        def __init__(self, *args: Any, service: tuple[str, str, int], **kwargs: Any):
+        def __init__(self, *args: Any, service: tuple[str, str, int], reach_timeout: float = REACH_TIMEOUT,
+                     dial: Optional[tuple[str, int]] = None, **kwargs: Any):
             super().__init__(*args, **kwargs)
             self.service = service
+            self.reach_timeout = reach_timeout
+            self.dial = dial  # where to dial instead of the Service's name (tests)
 
         async def __call__(self, fn: Any) -> Any:
             ns, name, port = self.service
             async for client_config in super().__call__(fn):
+                # Published only once the API server can reach us: the configuration is what makes every GRPOJob
+                # write call us (failurePolicy Fail), and right after a start (an upgrade: Recreate) the Service
+                # has no endpoint for us yet - a `kubectl apply` then failed with "connection refused".
+                await until_reachable(f"{name}.{ns}.svc", port, client_config.get("caBundle"),
+                                      self.reach_timeout, dial=self.dial)
                 config = {k: v for k, v in client_config.items() if k != "url"}
                 service: dict[str, Any] = {"namespace": ns, "name": name, "port": port}
                 # kopf appends "/<handler id>" to this path: a root of "/" gave "//validate", which the API server

@@ -138,6 +138,7 @@ async def test_service_reference_server_registers_by_service(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     srv = webhook_server.server("127.0.0.1", port, "127.0.0.1", None, "grpo-system/grpo-webhook:9443")
+    srv.dial = ("127.0.0.1", port)  # the Service's name does not resolve here (test_webhook_in_cluster.py)
     async with srv:
         gen = srv(lambda *a, **k: None)
         config = await gen.__anext__()
