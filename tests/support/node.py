@@ -69,7 +69,8 @@ def _run(argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: flo
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.5, what: str = "condition") -> Any:
-    """Poll pred() until truthy; the value.  TimeoutError naming `what` (and pred's last exception)."""
+    """Poll pred() until truthy; the value.  TimeoutError naming `what` (and pred's last exception).  An
+    AssertionError from pred ends the wait at once: it says the awaited state can no longer come."""
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while True:
@@ -77,6 +78,8 @@ def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.5, wha
             v = pred()
             if v:
                 return v
+        except AssertionError:
+            raise
         except Exception as exc:  # noqa: BLE001 - the last error goes into the timeout's message
             last = exc
         if time.monotonic() > deadline:
