@@ -20,6 +20,7 @@ The cluster is the project's real node (scripts/node/up.sh) or GRPO_TEST_KUBECON
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import os
 import statistics
@@ -37,6 +38,8 @@ import yaml  # noqa: E402
 from tests.support.journey import (Transcript, User, build_images, install_chart,  # noqa: E402
                                    model_configmaps, progress_records, storage, tiny_job)
 from tests.support.node import NodeCluster, wait_for  # noqa: E402
+
+PROGRESS_PREFIX = "GRPO_PROGRESS "
 
 NS = "journey-bench"
 
@@ -60,10 +63,51 @@ def local_first_step(max_steps: int) -> float:
         return recs[0]["timestamp"] - t0
 
 
-def cluster_run(user: User, name: str, max_steps: int, kill: bool) -> dict[str, float]:
+def _ts(text: str) -> float:
+    """An RFC 3339 timestamp (kubectl logs --timestamps: nanoseconds; the API: seconds) → epoch seconds."""
+    date, _, frac = text.rstrip("Z").partition(".")
+    return calendar.timegm(time.strptime(date, "%Y-%m-%dT%H:%M:%S")) + float("0." + (frac or "0"))
+
+
+def phases(user: User, name: str, t0: float) -> dict[str, dict[str, float]]:
+    """Per pod of attempt 0, seconds after the apply: created, container started, the launcher's wait for the c10d
+    store (when it had to), the workers' first output (after the rendezvous), the first step (GRPO_PROGRESS)."""
+    got = user.json("get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name},grpo.dev/attempt=0") or {}
+    out: dict[str, dict[str, float]] = {}
+    for p in got.get("items", []):
+        pod = p["metadata"]["name"]
+        row = {"created": _ts(p["metadata"]["creationTimestamp"]) - t0}  # (the API's times: whole seconds)
+        for c in p["status"].get("conditions") or []:
+            if c["type"] == "PodScheduled" and c["status"] == "True":
+                row["scheduled"] = _ts(c["lastTransitionTime"]) - t0
+        state = (p["status"].get("containerStatuses") or [{}])[0].get("state", {})
+        started = (state.get("running") or state.get("terminated") or {}).get("startedAt")
+        if started:
+            row["container_started"] = _ts(started) - t0
+        lines = user.kubectl("logs", "-n", NS, pod, "-c", "trainer", "--timestamps", quiet=True, check=False).stdout
+        for line in lines.splitlines():
+            stamp, _, text = line.partition(" ")
+            try:
+                at = _ts(stamp) - t0
+            except ValueError:
+                continue
+            if "grpo_trainer.launch: waiting for the rendezvous store" in text:
+                row.setdefault("store_wait_began", at)
+            elif "grpo_trainer.launch: rendezvous store" in text:
+                row.setdefault("store_reached", at)
+            else:  # the workers' first output (the data set loads right after the rendezvous)
+                row.setdefault("workers_first_output", at)
+            if text.startswith(PROGRESS_PREFIX):
+                row.setdefault("first_step", at)
+                break
+        out[pod] = {k: round(v, 2) for k, v in row.items()}
+    return out
+
+
+def cluster_run(user: User, name: str, max_steps: int, kill: bool, cpu: str) -> dict[str, float]:
     # the kill run trains long enough to be killed mid-way, after a checkpoint (~0.3 s a step here)
     save = 10 if kill else max_steps
-    job = tiny_job(name, max_steps=max(max_steps, 80) if kill else max_steps, save_steps=save)
+    job = tiny_job(name, max_steps=max(max_steps, 80) if kill else max_steps, save_steps=save, cpu=cpu)
     t0 = time.time()
     user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(job))
 
@@ -77,7 +121,7 @@ def cluster_run(user: User, name: str, max_steps: int, kill: bool) -> dict[str, 
         return None
 
     pod, recs = wait_for(lambda: first(0), 600, 0.3, what="first step")
-    out = {"apply_to_first_step_s": recs[0]["timestamp"] - t0}
+    out = {"apply_to_first_step_s": recs[0]["timestamp"] - t0, "phases": phases(user, name, t0)}
     if kill:
         wait_for(lambda: (r := first(0)) and save < r[1][-1]["step"] < 40 and r, 600, 0.2,
                  what=f"a step past checkpoint-{save}")
@@ -97,9 +141,10 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--max-steps", type=int, default=8)
     ap.add_argument("--out", type=Path, default=REPO / "out" / "journey" / "bench.json")
+    ap.add_argument("--cpu-limit", default="1", help="each pod's CPU limit (default 1: one process per pod)")
     a = ap.parse_args()
     results: dict[str, list] = {"cluster_first_step_s": [], "local_first_step_s": [], "ratio": [],
-                                "kill_to_resumed_step_s": []}
+                                "kill_to_resumed_step_s": [], "cluster_phases": []}
     with NodeCluster.start() as node:
         transcript = Transcript(a.out.with_suffix(".transcript.txt"))
         user = User(node, transcript)
@@ -111,11 +156,12 @@ def main() -> int:
         model_configmaps(user, NS)
         storage(user, NS)
         for i in range(a.runs):
-            c = cluster_run(user, f"bench-{i}", a.max_steps, kill=(i == a.runs - 1))
+            c = cluster_run(user, f"bench-{i}", a.max_steps, kill=(i == a.runs - 1), cpu=a.cpu_limit)
             local = local_first_step(a.max_steps)
             results["cluster_first_step_s"].append(round(c["apply_to_first_step_s"], 2))
             results["local_first_step_s"].append(round(local, 2))
             results["ratio"].append(round(c["apply_to_first_step_s"] / local, 3))
+            results["cluster_phases"].append(c["phases"])
             if "kill_to_resumed_step_s" in c:
                 results["kill_to_resumed_step_s"].append(round(c["kill_to_resumed_step_s"], 2))
             print(f"run {i}: cluster {c['apply_to_first_step_s']:.1f} s, local {local:.1f} s, "
