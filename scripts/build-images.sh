@@ -195,7 +195,7 @@ build_one() {  # build_one NAME DOCKERFILE IMAGE BASEKIND ALIAS -- BUILDARG...
   python3 "$REPO/scripts/ociarchive.py" add-name "$out.part" "$image"  # also io.containerd.image.name
   [ -z "$alias" ] || python3 "$REPO/scripts/ociarchive.py" add-name "$out.part" "$alias"
   mv "$out.part" "$out"; echo "$h" >"$out.inputs"
-  bh rmi "$image" "$base_ref" >/dev/null 2>&1 || true  # the cached steps stay
+  # The image and its base stay in this storage: removing them would remove the cached steps with them.
   rm -rf "$ctx"
   log "$name: $out ($(du -m "$out" | cut -f1) MB) = $image${alias:+ + $alias}"
 }
