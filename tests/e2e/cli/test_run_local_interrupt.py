@@ -52,9 +52,12 @@ def test_stopping_run_local_stops_every_worker(tmp_path: Path, how: str, code: i
     its workers, in sessions of their own, must not train on."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     grpojob = Path(sys.executable).parent / "grpojob"
+    # As from a terminal: SIGINT at its default. A test run started in the background by a script inherits SIGINT
+    # ignored (bash does that to asynchronous commands), and Python then installs no Ctrl-C handler at all.
     proc = subprocess.Popen([str(grpojob), "run", "--local", str(JOB), "--output-dir", str(tmp_path / "out"),
                              "--no-progress"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 180
         workers: dict[int, str] = {}
