@@ -19,6 +19,7 @@ Nothing here imports grpo_operator.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import shutil
@@ -35,6 +36,9 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts" / "node"
 TOOLS = Path(os.environ.get("GRPO_TOOLS_BIN") or REPO / ".tools" / "bin")
 DEFAULT_STATE = Path(os.environ.get("GRPO_NODE_STATE", "/tmp/grpo-node"))
+# One real node per machine (fixed host paths, ports, iptables): concurrent test runs (several checkouts on one
+# machine) wait for each other here instead of tearing each other's node down.
+NODE_LOCK = Path(os.environ.get("GRPO_NODE_LOCK", "/tmp/grpo-node.lock"))
 NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy", "kube-apiserver", "kube-controller-manager", "kubectl")
 HOST_COMMANDS = ("containerd", "ctr", "runc", "iptables", "iptables-save", "conntrack", "ip", "etcd", "busybox",
                  "mmdebstrap", "gcc", "openssl", "curl")
@@ -97,6 +101,7 @@ class NodeCluster:
     timings: dict[str, float] = field(default_factory=dict)
     _up: bool = False
     _old_sigterm: Any = None
+    _lock_fd: int | None = None
 
     # ---------------------------------------------------------------- start / stop
     @classmethod
@@ -110,6 +115,10 @@ class NodeCluster:
         node = cls(kubeconfig=(state or DEFAULT_STATE) / "kubeconfig", external=False, state=state or DEFAULT_STATE)
         node._install_guards()
         try:
+            t0 = time.monotonic()
+            node._lock_fd = os.open(NODE_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(node._lock_fd, fcntl.LOCK_EX)  # released by stop(), or by the kernel when the process dies
+            node.timings["lock_wait_s"] = time.monotonic() - t0
             t0 = time.monotonic()
             _run(["bash", str(SCRIPTS / "prepare.sh")], env=node.env, timeout=900)
             node.timings["prepare_s"] = time.monotonic() - t0
@@ -135,6 +144,7 @@ class NodeCluster:
     def stop(self) -> None:
         """down.sh (idempotent).  Never raises: teardown must not hide the test's own error."""
         if self.external or not self._up:
+            self._unlock()
             return
         t0 = time.monotonic()
         try:
@@ -146,6 +156,12 @@ class NodeCluster:
             self._up = False
             self.timings["down_s"] = time.monotonic() - t0
             self._remove_guards()
+            self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
 
     def __enter__(self) -> "NodeCluster":
         return self
