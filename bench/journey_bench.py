@@ -33,11 +33,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # bench/ is not a package: reach tests.support like `python -m pytest` does
 
-import yaml  # noqa: E402
+import yaml
 
-from tests.support.journey import (Transcript, User, build_images, install_chart,  # noqa: E402
-                                   model_configmaps, progress_records, storage, tiny_job)
-from tests.support.node import NodeCluster, wait_for  # noqa: E402
+from tests.support.journey import (
+    Transcript,
+    User,
+    build_images,
+    install_chart,
+    model_configmaps,
+    progress_records,
+    storage,
+    tiny_job,
+)
+from tests.support.node import NodeCluster, wait_for
 
 PROGRESS_PREFIX = "GRPO_PROGRESS "
 

@@ -29,12 +29,11 @@ from pathlib import Path
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
-from tests.support.cluster.util import cpu_seconds, rss_bytes
-from tests.support.cluster.controlplane import ControlPlane
-from tests.support.jobs import manifest
-
 from grpo_operator.render import manifests
 from grpo_operator.rules import validation
+from tests.support.cluster.controlplane import ControlPlane
+from tests.support.cluster.util import cpu_seconds, rss_bytes
+from tests.support.jobs import manifest
 
 CONCURRENCY = 64
 

@@ -24,11 +24,10 @@ from pathlib import Path
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
-from tests.support.cluster.util import free_port
-from tests.support.cluster.controlplane import ControlPlane
-from tests.support.jobs import manifest
-
 from grpo_operator.webhook import certs
+from tests.support.cluster.controlplane import ControlPlane
+from tests.support.cluster.util import free_port
+from tests.support.jobs import manifest
 
 
 def review(obj: dict) -> dict:

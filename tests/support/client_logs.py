@@ -21,8 +21,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 
 def _plugin_argv() -> list[str]:
@@ -60,7 +61,7 @@ def check_logs_follow_gang_restart(kubeconfig: str | os.PathLike[str], namespace
                 lines.append(line)
                 if line.kind == "log" and line.attempt == 0:
                     first_line.set()
-        except BaseException as exc:  # noqa: BLE001 — re-raised in the test's thread
+        except BaseException as exc:
             error.append(exc)
         finally:
             first_line.set()

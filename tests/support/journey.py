@@ -13,9 +13,10 @@ import os
 import shlex
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
@@ -43,7 +44,7 @@ def build_images(out: Path | None = None, log: Path | None = None) -> dict[str, 
             subprocess.run(["bash", str(REPO / "scripts" / "build-images.sh"), "--variant", "cpu", "--out", str(out)],
                            check=True, stdout=f, stderr=subprocess.STDOUT, timeout=3600)
     archives = {"operator": out / "grpo-operator.tar", "trainer": out / "grpo-trainer-cpu.tar"}
-    for k, p in archives.items():
+    for _k, p in archives.items():
         if not p.is_file():
             raise FileNotFoundError(f"{p} is missing: scripts/build-images.sh --variant cpu --out {out}")
     return archives

@@ -28,9 +28,10 @@ import subprocess
 import tarfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts" / "node"
@@ -84,7 +85,7 @@ def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.5, wha
                 return v
         except AssertionError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the last error goes into the timeout's message
+        except Exception as exc:
             last = exc
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}" + (f" (last error: {last})" if last else ""))
@@ -105,7 +106,7 @@ class NodeCluster:
 
     # ---------------------------------------------------------------- start / stop
     @classmethod
-    def start(cls, state: Path | None = None, *, dns: bool = True) -> "NodeCluster":
+    def start(cls, state: Path | None = None, *, dns: bool = True) -> NodeCluster:
         external = os.environ.get("GRPO_TEST_KUBECONFIG")
         if external:
             return cls(kubeconfig=Path(external), external=True)
@@ -163,7 +164,7 @@ class NodeCluster:
             os.close(self._lock_fd)  # closing the descriptor releases the flock
             self._lock_fd = None
 
-    def __enter__(self) -> "NodeCluster":
+    def __enter__(self) -> NodeCluster:
         return self
 
     def __exit__(self, *exc: Any) -> None:

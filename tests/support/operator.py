@@ -8,8 +8,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Optional
 
 import pytest
 
@@ -56,7 +57,7 @@ class OperatorProcess:
         self.kubectl = Kubectl(kubeconfig)
         self.webhook = webhook
 
-    def start(self, wait: bool = True) -> "OperatorProcess":
+    def start(self, wait: bool = True) -> OperatorProcess:
         self.proc.start()
         if wait and self.webhook:
             def ready() -> bool:

@@ -16,7 +16,6 @@ from grpo_operator.render import manifests
 from grpo_operator.rules import validation
 from grpo_trainer import config as trainer_config
 from grpo_trainer import contract, exitcodes
-
 from tests.support.jobs import manifest, pod_body
 
 REPO = Path(__file__).resolve().parents[2]

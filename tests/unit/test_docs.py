@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from grpo_operator.api.status import ConditionType
-
 from tests.support.helm import CHART, REPO
 
 LUA = (REPO / "examples" / "gitops" / "argocd-health.lua").read_text()

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e)
     except KeyboardInterrupt:
         return _fail(TrainerError(130, "interrupted"))
-    except BaseException as e:  # noqa: BLE001 - every failure must end with a contract exit code
+    except BaseException as e:
         known = classify(e)
         if known is not None:
             return _fail(known)

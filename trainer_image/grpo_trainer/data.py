@@ -39,7 +39,7 @@ def load_dataset(spec: DatasetSpec):
         return datasets.load_dataset(name, spec.config, split=spec.split)
     except TrainerError:
         raise
-    except Exception as e:  # noqa: BLE001 - datasets raises many types; all end here with one line
+    except Exception as e:
         if _is_transient(e):
             raise TrainerError(TRANSIENT_IO, f"dataset {name}: {type(e).__name__}: {e}") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -77,7 +77,7 @@ def load_tokenizer(model: str):
     check_model_path(model)
     try:
         tok = AutoTokenizer.from_pretrained(model)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise _model_error(model, "tokenizer", e) from None
     if getattr(tok, "pad_token", None) is None and getattr(tok, "eos_token", None) is not None:
         tok.pad_token = tok.eos_token
@@ -98,7 +98,7 @@ def load_model(model: str, dtype=None):
     try:
         return AutoModelForCausalLM.from_pretrained(model, dtype=dtype) if dtype else \
             AutoModelForCausalLM.from_pretrained(model)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise _model_error(model, "model", e) from None
 
 

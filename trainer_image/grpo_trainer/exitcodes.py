@@ -9,8 +9,25 @@ import errno
 import os
 
 # The codes themselves are the operator↔trainer contract (contract.py); re-exported here for the trainer's modules.
-from .contract import (ACCELERATOR_OOM, BATCH, CHECKPOINT, CONFIG, DATASET, DISTRIBUTED, INTERNAL, MODEL, OK,  # noqa: F401
-                       PERMANENT, PREEMPTED, RETRYABLE, REWARD, SIGNAL_BASE, STORAGE, TRANSIENT_IO, is_retryable)
+from .contract import (  # noqa: F401
+    ACCELERATOR_OOM,
+    BATCH,
+    CHECKPOINT,
+    CONFIG,
+    DATASET,
+    DISTRIBUTED,
+    INTERNAL,
+    MODEL,
+    OK,
+    PERMANENT,
+    PREEMPTED,
+    RETRYABLE,
+    REWARD,
+    SIGNAL_BASE,
+    STORAGE,
+    TRANSIENT_IO,
+    is_retryable,
+)
 
 
 def from_returncode(returncode: int) -> int:

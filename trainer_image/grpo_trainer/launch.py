@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .exitcodes import DISTRIBUTED, SIGNAL_BASE, from_returncode, is_retryable
 
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_for_store(args.rdzv_endpoint, _join_timeout(args.rdzv_conf))
     try:
         run(args)
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:
         code = exit_code_for(e)
         if code is None:
             raise

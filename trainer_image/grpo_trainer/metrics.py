@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Optional
 
 NAN = float("nan")
 
@@ -73,7 +74,7 @@ class TrainerMetrics:
                                     "at the last logging step.", ["reward"], registry=self.registry)
 
     @classmethod
-    def from_env(cls, job: str = "", namespace: str = "") -> "TrainerMetrics":
+    def from_env(cls, job: str = "", namespace: str = "") -> TrainerMetrics:
         e = os.environ
         return cls(global_rank0=int(e.get("RANK", "0")) == 0, job=job, namespace=namespace or e.get("POD_NAMESPACE", ""),
                    attempt=e.get("GRPO_ATTEMPT", ""), pod=e.get("POD_NAME", ""), node_rank=e.get("GRPO_NODE_RANK", ""))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any
 
 from .exitcodes import REWARD, TrainerError
 
@@ -64,7 +65,7 @@ def accuracy(completions, answer=None, **kwargs) -> list[float | None]:
     if answer is None:
         return [None] * len(completions)
     out: list[float | None] = []
-    for completion, ref in zip(completions, answer):
+    for completion, ref in zip(completions, answer, strict=False):
         gold = extract_answer(str(ref)) if ref is not None else None
         if gold is None:
             out.append(None)  # no usable reference: TRL ignores this sample for this reward
@@ -77,7 +78,7 @@ def accuracy(completions, answer=None, **kwargs) -> list[float | None]:
 _FULL_FORMAT = re.compile(r"^\s*<(think|reasoning)>.*?</\1>\s*<answer>.*?</answer>\s*$", re.S)
 
 
-def format(completions, **kwargs) -> list[float]:  # noqa: A001 - the reward's public name
+def format(completions, **kwargs) -> list[float]:
     """1.0 for `<think>…</think><answer>…</answer>` (or <reasoning>), 0.5 for an <answer> tag alone, else 0.0."""
     out = []
     for completion in completions:
@@ -114,7 +115,7 @@ def import_function(path: str) -> Callable:
     except ModuleNotFoundError as e:
         raise TrainerError(REWARD, f"reward function {path!r}: cannot import module {module_name!r} ({e}); "
                                    "mount the file and put its directory on PYTHONPATH") from None
-    except Exception as e:  # noqa: BLE001 - any error while importing user code is the user's
+    except Exception as e:
         raise TrainerError(REWARD, f"reward function {path!r}: importing {module_name!r} failed: "
                                    f"{type(e).__name__}: {e}") from None
     for part in attr.split("."):

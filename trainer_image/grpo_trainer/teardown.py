@@ -25,7 +25,7 @@ def finish(trainer=None, code: int = 0, timeout_s: float | None = None) -> None:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         os._exit(code)
 
@@ -49,6 +49,6 @@ def finish(trainer=None, code: int = 0, timeout_s: float | None = None) -> None:
 
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
-    except Exception as e:  # noqa: BLE001 - the run is done; a teardown error must not change its result
+    except Exception as e:
         sys.stderr.write(f"grpo_trainer: ignoring an error during teardown: {type(e).__name__}: {e}\n")
     _flush_and_exit()

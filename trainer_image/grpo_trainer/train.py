@@ -7,8 +7,17 @@ import sys
 
 from . import data, resume, rewards
 from .config import TrainerConfig, grpo_kwargs
-from .exitcodes import (BATCH, CHECKPOINT, CONFIG, PREEMPTED, TrainerError, classify, is_retryable, is_trl_batch_error,
-                        storage_error)
+from .exitcodes import (
+    BATCH,
+    CHECKPOINT,
+    CONFIG,
+    PREEMPTED,
+    TrainerError,
+    classify,
+    is_retryable,
+    is_trl_batch_error,
+    storage_error,
+)
 from .progress import RESULT_PREFIX, ProgressCallback, emit, write_final_progress
 
 
@@ -86,7 +95,7 @@ def guard_checkpoint_loading(trainer, checkpoint: str) -> None:
                 return load(*a, **kw)
             except TrainerError:
                 raise
-            except Exception as e:  # noqa: BLE001 - re-raised with the checkpoint's exit code
+            except Exception as e:
                 known = classify(e)
                 if known is not None and is_retryable(known.code):
                     raise

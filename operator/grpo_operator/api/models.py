@@ -106,7 +106,7 @@ class RewardSpec(_Model):
     )
 
     @model_validator(mode="after")
-    def _one_of(self) -> "RewardSpec":
+    def _one_of(self) -> RewardSpec:
         if (self.name is None) == (self.function is None):
             raise ValueError("set exactly one of 'name' (a built-in: accuracy, format, length) or 'function' (module:function)")
         return self
@@ -254,7 +254,7 @@ class SchedulingSpec(_Model):
     )
 
     @model_validator(mode="after")
-    def _fields_of_the_chosen_gang(self) -> "SchedulingSpec":
+    def _fields_of_the_chosen_gang(self) -> SchedulingSpec:
         problems = []
         if self.scheduleTimeoutSeconds is not None and self.gang != "coscheduling":
             problems.append("scheduleTimeoutSeconds is a coscheduling PodGroup field: set gang: coscheduling or remove it")

@@ -7,10 +7,10 @@ to them and they serialise as their value.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class _Str(str, Enum):
+class _Str(StrEnum):
     def __str__(self) -> str:  # the value, as str() of a plain string (not 'Phase.RUNNING')
         return str.__str__(self)
 

@@ -14,7 +14,8 @@ import json
 import logging
 import random
 import sys
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 # kopf imports the official `kubernetes` client, when installed, only to recognise its model objects in handler
 # results (ours return plain dicts) and to offer a login through it (ours is kopf's own). Importing it costs this
@@ -107,7 +108,7 @@ def credentials_problem() -> Optional[str]:
         if (kopf.login_with_service_account(logger=quiet, settings=settings)
                 or kopf.login_with_kubeconfig(logger=quiet, settings=settings)):
             return None
-    except Exception as exc:  # noqa: BLE001 — a kubeconfig that exists but cannot be used
+    except Exception as exc:
         first = (str(exc).splitlines() or [""])[0]
         return f"cannot use the Kubernetes credentials: {type(exc).__name__}: {first}"
     return NO_CREDENTIALS
@@ -128,7 +129,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     try:
         run(cfg)
-    except Exception as exc:  # noqa: BLE001 — the operator's one exit path for what it cannot start with
+    except Exception as exc:
         import kopf
 
         if not isinstance(exc, kopf.LoginError):

@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import yaml
 
 from ..api import crd
-from . import documents
 from ..render import manifests
 from ..rules import validation
+from . import documents
 
 EXIT_OK, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
 
@@ -98,7 +99,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(entries, indent=2, ensure_ascii=False))
     else:
-        for e, w in zip(entries, warnings):
+        for e, w in zip(entries, warnings, strict=False):
             print(_text(e, w))
     return code
 

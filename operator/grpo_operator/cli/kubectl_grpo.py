@@ -12,7 +12,8 @@ import datetime as _dt
 import json
 import re
 import sys
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 PROG = "kubectl grpo"
 EXAMPLES = """examples:
@@ -130,7 +131,7 @@ def _age(ts: Optional[str], now: Optional[_dt.datetime] = None) -> str:
     t = parse_time(ts)
     if t is None:
         return "-"
-    secs = max(0, int(((now or _dt.datetime.now(_dt.timezone.utc)) - t).total_seconds()))
+    secs = max(0, int(((now or _dt.datetime.now(_dt.UTC)) - t).total_seconds()))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if secs >= size:
             return f"{secs // size}{unit}"
@@ -139,7 +140,7 @@ def _age(ts: Optional[str], now: Optional[_dt.datetime] = None) -> str:
 
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows)
 
 
 def _dump(data: Any, fmt: str) -> str:
@@ -366,11 +367,11 @@ def main(argv: Optional[Sequence[str]] = None, make_client: Optional[Callable[..
         return 130
     except BrokenPipeError:  # `kubectl grpo logs x | head`
         try:
-            sys.stdout = open("/dev/null", "w")  # noqa: SIM115 — keeps the interpreter's final flush quiet
+            sys.stdout = open("/dev/null", "w")
         except OSError:
             pass
         return 0
-    except Exception as exc:  # noqa: BLE001 — one line, never a traceback
+    except Exception as exc:
         from grpo_operator.client import GRPOClientError
 
         if isinstance(exc, (GRPOClientError, ValueError)):

@@ -16,10 +16,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Optional
 
-from ..rules import batch
-from . import documents
 from ..render import manifests
-from ..rules import validation
+from ..rules import batch, validation
+from . import documents
 
 PROGRESS = "GRPO_PROGRESS "
 RESULT = "GRPO_RESULT "

@@ -11,12 +11,20 @@ library; never kopf, torch, lifecycle, controller, webhook or cli (`kubectl-grpo
 State comes from the job's status.phase and conditions, which the operator writes; never guessed from pods.
 """
 
-from .errors import (  # noqa: F401 — the package's public surface
-    ApiError, ConfigError, GRPOClientError, InvalidJob, JobExists, JobFailed, JobNotFound, LogsUnavailable,
-    UnreachableStatus, WaitTimeout,
+from .client import GRPOClient
+from .errors import (
+    ApiError,
+    ConfigError,
+    GRPOClientError,
+    InvalidJob,
+    JobExists,
+    JobFailed,
+    JobNotFound,
+    LogsUnavailable,
+    UnreachableStatus,
+    WaitTimeout,
 )
-from .types import PHASES, TERMINAL_PHASES, Condition, Event, Job, LogLine, NodePod, Progress  # noqa: F401
-from .client import GRPOClient  # noqa: F401
+from .types import PHASES, TERMINAL_PHASES, Condition, Event, Job, LogLine, NodePod, Progress
 
 __all__ = [
     "GRPOClient", "Job", "NodePod", "Condition", "Progress", "Event", "LogLine", "PHASES", "TERMINAL_PHASES",

@@ -32,7 +32,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GATE = "kueue.x-k8s.io/admission"
 
 
-def names(job_name: str) -> "manifests.Names":
+def names(job_name: str) -> manifests.Names:
     return manifests.names(job_name)
 
 

@@ -8,15 +8,15 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import yaml
 
 from . import _contract as c
 from . import logs as _logs
-from .errors import (ApiError, ConfigError, InvalidJob, JobExists, JobFailed, JobNotFound, UnreachableStatus,
-                     WaitTimeout)
+from .errors import ApiError, ConfigError, InvalidJob, JobExists, JobFailed, JobNotFound, UnreachableStatus, WaitTimeout
 from .types import FAILURE_PHASES, PHASES, TERMINAL_PHASES, Event, Job, LogLine, NodePod, Progress
 
 SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -107,7 +107,7 @@ class GRPOClient:
     def close(self) -> None:
         self.api_client.close()
 
-    def __enter__(self) -> "GRPOClient":
+    def __enter__(self) -> GRPOClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -342,7 +342,7 @@ class GRPOClient:
             for chunk in resp.stream(4096):
                 if chunk:
                     break
-        except Exception:  # noqa: BLE001 — a failed watch only means: look again, a little later
+        except Exception:
             time.sleep(min(0.5, timeout))
         finally:
             if resp is not None:
@@ -469,7 +469,7 @@ class GRPOClient:
         import queue
 
         job = self.get_job(name, namespace, pods=False)
-        q: "queue.Queue[tuple[str, Any]]" = queue.Queue(maxsize=10000)
+        q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=10000)
         stop = threading.Event()
 
         def reader(rank: int) -> None:
@@ -479,7 +479,7 @@ class GRPOClient:
                     if stop.is_set():
                         break
                     q.put(("line", line))
-            except Exception as exc:  # noqa: BLE001 — handed to the consumer
+            except Exception as exc:
                 q.put(("error", exc))
             finally:
                 gen.close()
@@ -571,7 +571,7 @@ class _PodLogSource:
         for resp in list(self._responses):
             try:
                 resp.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
 

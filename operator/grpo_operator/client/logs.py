@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Iterable, Iterator, Optional, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Optional, Protocol
 
 from .errors import JobNotFound, LogsUnavailable
 from .types import Job, LogLine, NodePod

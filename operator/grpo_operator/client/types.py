@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 from . import _contract as c
 
@@ -38,14 +39,14 @@ def _int(value: Any, default: Optional[int] = None) -> Optional[int]:
 
 def parse_time(value: Any) -> Optional[_dt.datetime]:
     if isinstance(value, _dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=_dt.UTC)
     if not isinstance(value, str) or not value:
         return None
     try:
         t = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=_dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class Condition:
     observed_generation: Optional[int] = None
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Condition":
+    def from_dict(cls, d: Mapping[str, Any]) -> Condition:
         return cls(type=str(d.get("type") or ""), status=str(d.get("status") or "Unknown"),
                    reason=str(d.get("reason") or ""), message=str(d.get("message") or ""),
                    last_transition_time=d.get("lastTransitionTime"),
@@ -89,7 +90,7 @@ class Progress:
              "updateTime": "update_time", "display": "display"}
 
     @classmethod
-    def from_dict(cls, d: Any) -> Optional["Progress"]:
+    def from_dict(cls, d: Any) -> Optional[Progress]:
         if not isinstance(d, dict) or not d:
             return None
         known = {py: d.get(key) for key, py in cls._KEYS.items()}
@@ -124,7 +125,7 @@ class NodePod:
     created: Optional[str] = None
 
     @classmethod
-    def from_dict(cls, pod: Mapping[str, Any]) -> "NodePod":
+    def from_dict(cls, pod: Mapping[str, Any]) -> NodePod:
         meta, spec, status = _dict(pod.get("metadata")), _dict(pod.get("spec")), _dict(pod.get("status"))
         labels, annotations = _dict(meta.get("labels")), _dict(meta.get("annotations"))
         attempt = _int(labels.get(c.KEY_ATTEMPT), None)
@@ -208,7 +209,7 @@ class Job:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_dict(cls, body: Mapping[str, Any], pods: Optional[list[Mapping[str, Any]]] = None) -> "Job":
+    def from_dict(cls, body: Mapping[str, Any], pods: Optional[list[Mapping[str, Any]]] = None) -> Job:
         meta, spec, status = _dict(body.get("metadata")), _dict(body.get("spec")), _dict(body.get("status"))
         uid = str(meta.get("uid") or "")
         node_pods = []
@@ -293,7 +294,7 @@ class Event:
     last_time: Optional[str] = None
 
     @classmethod
-    def from_dict(cls, ev: Mapping[str, Any]) -> "Event":
+    def from_dict(cls, ev: Mapping[str, Any]) -> Event:
         inv, meta = _dict(ev.get("involvedObject")), _dict(ev.get("metadata"))
         series = _dict(ev.get("series"))
         last = (series.get("lastObservedTime") or ev.get("lastTimestamp") or ev.get("eventTime")
@@ -308,8 +309,8 @@ class Event:
 
 def _iso(value: Any) -> Optional[str]:
     if isinstance(value, _dt.datetime):
-        t = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
-        return t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        t = value if value.tzinfo else value.replace(tzinfo=_dt.UTC)
+        return t.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return value if isinstance(value, str) else None
 
 

@@ -12,10 +12,10 @@ import asyncio
 import logging
 import os
 import uuid
-from typing import Any, Awaitable, Callable, Optional
+from collections.abc import Awaitable, Callable
+from typing import Any, Optional
 
-from .. import api
-from .. import lifecycle
+from .. import api, lifecycle
 from . import metrics as opmetrics
 
 log = logging.getLogger("grpo_operator")
@@ -43,7 +43,7 @@ class EventRecorder:
     def __init__(self, post: Post, writers: int = 4, capacity: int = 4096):
         self._post = post
         self._writers = writers
-        self._queue: "asyncio.Queue[tuple[str, dict[str, Any]]]" = asyncio.Queue(maxsize=capacity)
+        self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(maxsize=capacity)
         self._tasks: list[asyncio.Task[None]] = []
 
     def record(self, job: dict[str, Any], ev: lifecycle.JobEvent) -> None:
@@ -66,7 +66,7 @@ class EventRecorder:
                 await self._post(ns, obj)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 — events are best effort
+            except Exception as exc:
                 log.debug("event %s for %s not posted: %s", obj.get("reason"), obj["involvedObject"].get("name"), exc)
             finally:
                 self._queue.task_done()
@@ -76,7 +76,7 @@ class EventRecorder:
         if self._tasks and flush_seconds:
             try:
                 await asyncio.wait_for(self._queue.join(), flush_seconds)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         for t in self._tasks:
             t.cancel()

@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 import time
-from typing import Iterable, Optional
+from collections.abc import Iterable
+from typing import Optional
 
 from .. import lifecycle
 from ..render import manifests

@@ -104,7 +104,7 @@ class Controller:
         self.pods: Optional[podwatch.PodWatch] = None
         # bounded: a parsed spec is ~15 KB. 1024 covers a burst of 1000 new jobs, whose second pass (after their pods
         # appear) comes behind every other first pass: at 256 most of them were parsed twice.
-        self._vcache: "OrderedDict[Key, tuple[Any, validation.ValidationResult]]" = OrderedDict()
+        self._vcache: OrderedDict[Key, tuple[Any, validation.ValidationResult]] = OrderedDict()
         self._sem = asyncio.Semaphore(config.max_concurrent_writes)  # API writes in flight
         self.queue = WorkQueue(lambda key: self.reconcile(key), 2 * max(config.max_concurrent_writes, 1),
                                config.resync_seconds, lambda: self.jobs)
@@ -114,7 +114,7 @@ class Controller:
         self.events = events.EventRecorder(self._send_event)
         self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0}
 
-    def __copy__(self) -> "Controller":
+    def __copy__(self) -> Controller:
         # kopf shallow-copies the operator's memo for every object it watches (3000 copies at 1000 jobs); the
         # controller is shared state by design, so every object gets the one instance.
         return self
@@ -377,7 +377,7 @@ async def _login(**kwargs: Any) -> Any:
     info = None
     try:
         info = kopf.login_with_service_account(**kwargs)
-    except Exception:  # noqa: BLE001
+    except Exception:
         info = None
     if info is None:
         info = kopf.login_with_kubeconfig(**kwargs)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Optional
 from urllib.parse import quote, urlencode
 
 import aiohttp
@@ -153,7 +154,7 @@ class Kube:
                                                 headers={"Content-Type": content_type, "Accept": "application/json"}) as resp:
                     raw = await resp.read()
                     status, http_reason = resp.status, resp.reason
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 opmetrics.api_error(method, "timeout")
                 raise
             except aiohttp.ClientError:

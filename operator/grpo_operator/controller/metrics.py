@@ -8,7 +8,8 @@ event loop (aiohttp, no extra thread). docs/observability.md has a PromQL exampl
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Mapping, Optional
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
 
 from . import kube
 
@@ -130,7 +131,7 @@ class PodWatch:
             except kube.Gone:
                 log.info("pods %s: resourceVersion expired; listing again", path)
                 await asyncio.sleep(0.1)  # normal after an outage; a server that answers 410 to every watch must not spin us
-            except Exception as exc:  # noqa: BLE001 — an outage, a 5xx, a dropped stream: list again, with backoff
+            except Exception as exc:
                 log.warning("pods %s: %s: %s; listing again in %.1fs", path, type(exc).__name__, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)

@@ -9,8 +9,9 @@ import asyncio
 import copy
 import logging
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Optional
 
 import aiohttp
 
@@ -96,7 +97,7 @@ class ProgressScraper:
                 await self.scrape_running_jobs()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 — progress is best effort; the next round tries again
+            except Exception as exc:
                 log.warning("progress scrape round failed: %s: %s", type(exc).__name__, exc)
 
     async def scrape_running_jobs(self) -> None:
@@ -155,7 +156,7 @@ class ProgressScraper:
             except progress_mod.MetricsParseError:
                 result = "parse"
                 return None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             result = "timeout"
             return None
         except (aiohttp.ClientError, OSError):

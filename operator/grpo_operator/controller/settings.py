@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 from .. import lifecycle
 from ..render import manifests
@@ -44,7 +45,7 @@ class Settings:
     trainer_metrics_port: int = manifests.DEFAULT_METRICS_PORT  # rendered into new jobs' pods and config; 0: off
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Settings":
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> Settings:
         e = os.environ if env is None else env
 
         def num(name: str, default: str, kind: type = float) -> Any:

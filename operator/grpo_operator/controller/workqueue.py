@@ -11,7 +11,8 @@ import asyncio
 import logging
 import random
 import time
-from typing import Awaitable, Callable, Iterable, Optional
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Optional
 
 from . import metrics as opmetrics
 
@@ -105,7 +106,7 @@ class WorkQueue:
                     self.errors.pop(key, None)
                 except asyncio.CancelledError:
                     raise
-                except Exception as exc:  # noqa: BLE001 — level-triggered: retry the whole pass later
+                except Exception as exc:
                     n = self.errors[key] = self.errors.get(key, 0) + 1
                     self.failed_passes += 1
                     opmetrics.RECONCILE_ERRORS.inc()

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Iterable, Mapping, Optional
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
 
 
 def now_utc() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def fmt_time(t: _dt.datetime) -> str:
-    return t.astimezone(_dt.timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return t.astimezone(_dt.UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(s: Any) -> Optional[_dt.datetime]:
@@ -22,7 +23,7 @@ def parse_time(s: Any) -> Optional[_dt.datetime]:
     except ValueError:
         return None
     if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.timezone.utc)
+        t = t.replace(tzinfo=_dt.UTC)
     return t
 
 

@@ -23,9 +23,10 @@ Failure classes (the trainer's exit-code contract):
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Optional
 
 from .. import api
 from ..api.status import TERMINAL, ConditionType, Phase, Reason
@@ -98,7 +99,7 @@ class JobView:
     result: validation.ValidationResult  # validation.validate(body)
 
     @classmethod
-    def from_body(cls, body: Mapping[str, Any], result: Optional[validation.ValidationResult] = None) -> "JobView":
+    def from_body(cls, body: Mapping[str, Any], result: Optional[validation.ValidationResult] = None) -> JobView:
         meta = body.get("metadata") or {}
         doc = {k: body.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
         return cls(
@@ -191,7 +192,7 @@ class Draft:
     phase: Optional[str]  # the phase found (None after a cleared Rejected, Pending after a resume)
 
     @classmethod
-    def begin(cls, job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy) -> "Draft":
+    def begin(cls, job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy) -> Draft:
         status: dict[str, Any] = dict(job.status)
         conditions = [dict(c) for c in job.status.get("conditions") or [] if isinstance(c, dict) and c.get("type")]
         status["conditions"] = conditions

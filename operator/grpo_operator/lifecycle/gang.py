@@ -15,8 +15,9 @@ May import api, rules, render's names and the standard library.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Protocol
+from typing import Any, Optional, Protocol
 
 from ..api import gang as g
 

@@ -5,15 +5,17 @@ jobs. Pure."""
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Optional
 
 from grpo_trainer import contract
 
 from .. import api
 from ..api.status import Reason
 from .conditions import parse_time
-from .gang import GangFacts, facts as gang_facts
+from .gang import GangFacts
+from .gang import facts as gang_facts
 
 ROLE_TRAINER = contract.ROLE_TRAINER
 ROLE_VLLM = contract.ROLE_VLLM
@@ -198,7 +200,7 @@ class PodSets:
     ours: tuple[PodInfo, ...]  # current and other_attempt, in the order observed
 
     @classmethod
-    def sort(cls, job_uid: str, pods: Iterable[PodInfo], recorded_attempt: int) -> "PodSets":
+    def sort(cls, job_uid: str, pods: Iterable[PodInfo], recorded_attempt: int) -> PodSets:
         ours, stale, foreign = [], [], []
         for p in pods:
             if p.owner_uid == job_uid:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Optional
 
 from grpo_trainer import contract
 
@@ -69,7 +70,7 @@ def parse_metrics(text: str, pod: str = "") -> Scrape:
     last_log: Optional[float] = None
     try:
         families = list(text_string_to_metric_families(text))
-    except Exception as exc:  # noqa: BLE001 — the parser raises ValueError/IndexError/… on garbage
+    except Exception as exc:
         raise MetricsParseError(f"not Prometheus text: {type(exc).__name__}: {exc}") from None
     for fam in families:
         for s in fam.samples:
@@ -110,7 +111,7 @@ def _round(v: float) -> float:
 
 
 def fmt_time(t: float) -> str:
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.fromtimestamp(t, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def to_progress(scrape: Scrape, previous: Optional[Mapping[str, Any]] = None) -> Optional[dict[str, Any]]:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Optional
 
 from .. import api
 from ..api import gang as g

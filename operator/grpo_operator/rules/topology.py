@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional, Union
+from typing import Optional, Union
 
 # Extended resources whose name ends in /gpu (nvidia.com/gpu, amd.com/gpu, gpu.intel.com/… is not, on purpose:
 # Intel uses gpu.intel.com/i915 — add its names here when supported).

@@ -10,10 +10,9 @@ from typing import Any, Optional
 from pydantic import BaseModel, ValidationError
 
 from .. import api
-from . import batch
-from . import topology
 from ..api import gang as gang_names
 from ..api import trl_fields
+from . import batch, topology
 
 DNS1123_LABEL = re.compile(api.DNS1123_LABEL)
 DNS1123_SUBDOMAIN = re.compile(api.DNS1123_SUBDOMAIN)

@@ -38,7 +38,7 @@ def generate(directory: os.PathLike[str] | str, hosts: list[str], *, days: int =
     """A fresh CA and a serving certificate (ECDSA P-256) valid for every name/IP in `hosts`."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=5)
+    now = _dt.datetime.now(_dt.UTC) - _dt.timedelta(minutes=5)
     until = now + _dt.timedelta(days=days)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = (x509.CertificateBuilder().subject_name(_name("grpo-operator webhook CA")).issuer_name(_name("grpo-operator webhook CA"))

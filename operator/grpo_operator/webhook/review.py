@@ -5,8 +5,9 @@ webhook.server wires `review()` into kopf and serves it; nothing here does I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 from .. import api
 from ..rules import validation

@@ -12,7 +12,8 @@ import logging
 import ssl
 import tempfile
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from .. import api
 from . import certs
@@ -93,7 +94,7 @@ async def until_reachable(host: str, port: int, ca_bundle: Optional[str], timeou
             if last is not None:
                 log.info("webhook reachable through %s:%d after %.1f s; publishing its configuration", host, port, waited)
             return True
-        except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError, ssl.SSLError) as exc:
             last = exc
         if time.monotonic() - start >= timeout:
             log.warning("webhook not reachable through %s:%d after %.0f s (%s); publishing its configuration anyway",

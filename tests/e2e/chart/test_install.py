@@ -15,14 +15,14 @@ import secrets
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from tests.support.cluster.util import ManagedProcess, free_port, wait_until
 from tests.support.cluster.kubectl import Kubectl
-
+from tests.support.cluster.util import ManagedProcess, free_port, wait_until
 from tests.support.helm import objects, template
 
 NOW = "2030-01-01T00:00:00Z"
@@ -252,7 +252,7 @@ def check_can_i(sa: Kubectl, allowed: list[tuple[str, str, list[str]]],
     with ThreadPoolExecutor(8) as pool:  # one kubectl process per question
         answers = list(pool.map(lambda c: can(c[1], c[2], c[3]), cases))
     wrong = [f"{'denied but needed' if want else 'allowed but not needed'}: {verb} {res} {' '.join(args)}"
-             for (want, verb, res, args), got in zip(cases, answers) if got != want]
+             for (want, verb, res, args), got in zip(cases, answers, strict=False) if got != want]
     assert not wrong, "\n".join(wrong)
 
 
@@ -352,7 +352,7 @@ def test_ha_replicas_peer_through_the_charts_peering_object(install_factory: Any
 
     def joined() -> bool:
         p = inst.admin.json("get", "kopfpeering", "grpo-operator", "-n", job_ns)
-        return {"gh-operator-0", "gh-operator-1"} <= set(((p or {}).get("status") or {}))
+        return {"gh-operator-0", "gh-operator-1"} <= set((p or {}).get("status") or {})
 
     try:
         wait_until(joined, 30, 0.3, what="both replicas' keep-alives in the KopfPeering")

@@ -20,15 +20,28 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
 
-from tests.support.journey import (OP_NAMESPACE, RELEASE, CHART, Transcript, User, build_images, chart_images,
-                                   install_chart, model_configmaps, progress_records, storage, tiny_job, wait_webhook,
-                                   webhook_config_name)
+from tests.support.journey import (
+    CHART,
+    OP_NAMESPACE,
+    RELEASE,
+    Transcript,
+    User,
+    build_images,
+    chart_images,
+    install_chart,
+    model_configmaps,
+    progress_records,
+    storage,
+    tiny_job,
+    webhook_config_name,
+)
 from tests.support.node import REPO, NodeCluster, NodeUnavailable, node_unavailable_reason, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the first test also builds and imports the images
@@ -186,7 +199,7 @@ def test_journey_train_kill_resume_succeed_delete(release: User) -> None:
     killed_at = wait_for(past_checkpoint, 300, 0.3, what=f"a step past checkpoint-{SAVE_STEPS}")
     user.kubectl("logs", "-n", NS, rank0_pod, "-c", "trainer", "--tail=3")
     tr.note(f"SIGKILL of {rank0_pod}'s trainer process at step {killed_at}")
-    t_kill_wall, t_kill = time.time(), time.monotonic()
+    t_kill_wall, _t_kill = time.time(), time.monotonic()
     how = node.kill_container_main_process(NS, rank0_pod, "trainer")
     tr.write(f"killed: {how}")
     ckpt_dir = None if node.external else node.state / "volumes" / "ckpt" / "tiny"

@@ -26,9 +26,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.cluster.util import free_port, wait_until
-
 from tests.support import operator as H
+from tests.support.cluster.util import free_port, wait_until
 from tests.support.trainer import REPO, offline_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -271,7 +270,7 @@ def test_live_progress_through_a_gang_restart(crd: Any, kubectl: Any, k8s_namesp
         for attempt, (start, end) in enumerate([(t0, t_kill), (t_run1, t_end1 + INTERVAL)]):
             seg = [(t, s) for t, s in seen if start <= t <= end + 1.0 and s.get("phase") == "Running"
                    and s.get("restarts") == attempt]
-            writes = [t for (t, s), (_, prev) in zip(seg[1:], seg) if s != prev]
+            writes = [t for (t, s), (_, prev) in zip(seg[1:], seg, strict=False) if s != prev]
             bound = (end - start) / INTERVAL + 1
             report.append(f"attempt {attempt}: {len(writes)} status writes in {end - start:.1f}s Running "
                           f"(bound {bound:.1f})")

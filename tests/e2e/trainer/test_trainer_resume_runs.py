@@ -12,7 +12,6 @@ import time
 import pytest
 
 from grpo_trainer import exitcodes as ec
-
 from tests.support.trainer import PROGRESS, Run, kill_group, launch_cmd, run, start
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,6 @@ import json
 import pytest
 
 from grpo_trainer import exitcodes as ec
-
 from tests.support.trainer import finish, free_port, launch_cmd, run, start, trainer_cmd
 
 pytestmark = pytest.mark.slow

@@ -184,7 +184,7 @@ def test_cel_never_refuses_what_the_validator_accepts(server: Any) -> None:
     with the validator where it applies (a plain GPU count in limits, no eval, colocate off)."""
     rng = random.Random(5)
     disagreements = []
-    for i in range(60):
+    for _i in range(60):
         gpu = rng.choice([1, 2, 3, 4, 8, "2", "6"])
         training = {"perDeviceTrainBatchSize": rng.choice([1, 2, 3, 4]),
                     "numGenerations": rng.choice([2, 3, 4, 6, 8, 16])}
@@ -207,9 +207,10 @@ def test_cel_never_refuses_what_the_validator_accepts(server: Any) -> None:
 
 def test_v120_kube_apiserver_accepts_the_same_crd(controlplane: Any) -> None:
     """kube-apiserver 1.20 predates x-kubernetes-validations: it must accept the CRD (and drop the rules)."""
-    from tests.support.cluster.kubectl import Kubectl  # noqa: F401  (the fixture's kubectl)
     import json
     import tempfile
+
+    from tests.support.cluster.kubectl import Kubectl  # noqa: F401  (the fixture's kubectl)
 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(CRD, f)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -13,7 +12,6 @@ import pytest
 import yaml
 
 from grpo_operator.api import crd as crdgen
-
 from tests.support.helm import CHART, HELMS, NAMESPACE, REPO, VALUE_SETS, helm, objects, render, template
 
 K8S_VERSIONS = [f"1.{m}" for m in range(29, 38)]
@@ -86,12 +84,12 @@ def test_lint_strict(helm_bin: str) -> None:
         assert cp.returncode == 0, f"{helm_bin} lint --strict ({name}):\n{cp.stdout}\n{cp.stderr}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _rendered(helm_bin: str, name: str) -> str:
     return template(helm_bin, VALUE_SETS[name])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _objects(helm_bin: str, name: str) -> list[dict[str, Any]]:
     return objects(_rendered(helm_bin, name))
 
@@ -105,7 +103,7 @@ def test_helm3_and_helm4_render_the_same(name: str) -> None:
     assert sorted(_objects("helm3", name), key=key) == sorted(_objects("helm4", name), key=key)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validate(doc_json: str, version: str) -> None:
     kubernetes_validate.validate(json.loads(doc_json), version, strict=True)
 
@@ -121,7 +119,7 @@ def test_rendered_objects_pass_kubernetes_validate(version: str) -> None:
                 continue
             try:
                 _validate(json.dumps(doc, sort_keys=True), version)
-            except Exception as exc:  # noqa: BLE001 — name the object and the value set
+            except Exception as exc:
                 raise AssertionError(f"{name}: {doc['kind']} {doc['metadata'].get('name')} invalid for "
                                      f"Kubernetes {version}: {exc}") from None
     assert set(skipped) <= {f"{a} {k}" for a, k in SKIP_KINDS}
@@ -342,9 +340,9 @@ def test_notes_tell_what_to_do_next() -> None:
 
 
 def test_examples_kustomization_builds() -> None:
-    from tests.support.cluster.kubectl import kubectl_path
-
     import subprocess
+
+    from tests.support.cluster.kubectl import kubectl_path
 
     out = subprocess.run([str(kubectl_path()), "kustomize", str(REPO / "examples")], capture_output=True, text=True,
                          timeout=60)

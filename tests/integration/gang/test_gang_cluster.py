@@ -24,7 +24,7 @@ POD_GROUP_CRDS = {"podgroups.scheduling.x-k8s.io": FIXTURES / "scheduling.x-k8s.
 
 
 def install_pod_group_crds(k: Any) -> None:
-    for name, path in POD_GROUP_CRDS.items():
+    for _name, path in POD_GROUP_CRDS.items():
         k("apply", "--validate=false", "-f", str(path))
 
     def established() -> bool:
@@ -144,7 +144,7 @@ class KueueAndNode:
         for group, members in groups.items():
             total = int(members[0]["metadata"]["annotations"][g.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION])
             phase = [(m.get("status") or {}).get("phase") for m in members]
-            active = [m for m, ph in zip(members, phase) if ph != "Failed"
+            active = [m for m, ph in zip(members, phase, strict=False) if ph != "Failed"
                       and not (m["metadata"].get("deletionTimestamp") and not m["spec"].get("nodeName"))]
             inactive = [m for m in members if m not in active]
             if len(active) > total:

@@ -130,6 +130,7 @@ def test_cuda_lock_resolves_against_the_index(tmp_path):
     report = tmp_path / "report.json"
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
            "--use-feature=fast-deps",  # metadata by HTTP range requests where the server allows: far fewer bytes
+           "--no-cache-dir",  # else ~3 GB of CUDA wheels stay in ~/.cache/pip (a CI disk ran full on them)
            "--python-version", IMAGE_PYTHON, "--implementation", "cp", "--target", str(tmp_path / "never"),
            *[a for p in PLATFORMS for a in ("--platform", p)], "--report", str(report),
            "-r", str(TRAINER / "requirements-cuda.txt")]

@@ -11,10 +11,10 @@ import time
 from typing import Any
 
 import pytest
-from tests.support.operator import (get_job, pod_exit, pod_running, pod_unschedulable, pods_of, wait_job, wait_pods)
-from tests.support.jobs import manifest
 
 from tests.support.cluster.util import wait_until
+from tests.support.jobs import manifest
+from tests.support.operator import get_job, pod_exit, pod_running, pod_unschedulable, pods_of, wait_job, wait_pods
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -84,7 +84,7 @@ def test_job_lifecycle_running_retry_success_and_gc(operator_process, kubectl, k
     pod_exit(k, ns, "train-node-1", 143)
     new = wait_pods(k, ns, "train", 2, attempt=1)
     assert not old_uids & {p["metadata"]["uid"] for p in new}
-    assert all(f"-1" in " ".join(p["spec"]["containers"][0]["args"]) for p in new)  # new rendezvous id
+    assert all("-1" in " ".join(p["spec"]["containers"][0]["args"]) for p in new)  # new rendezvous id
     st = wait_job(k, ns, "train", lambda s: s.get("restarts") == 1 and s.get("phase") == "Pending")["status"]
     assert st["lastFailureReason"] == "Preempted" and cond(st, "Restarting")["status"] == "False"
 

@@ -14,12 +14,11 @@ from typing import Any
 
 import kmock
 import pytest
-from tests.support.jobs import manifest
 
-from grpo_operator.controller import handlers
-from grpo_operator.controller.settings import Settings
-from grpo_operator.controller import kube
 from grpo_operator import lifecycle
+from grpo_operator.controller import handlers, kube
+from grpo_operator.controller.settings import Settings
+from tests.support.jobs import manifest
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -35,7 +34,7 @@ class Emulator(kmock.KubernetesEmulator):
             meta = request.data.setdefault("metadata", {})
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("generation", 1)
-            meta.setdefault("creationTimestamp", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            meta.setdefault("creationTimestamp", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
             meta["resourceVersion"] = str(next(_rv))
         elif request.resource is not None and request.action == kmock.action.UPDATE and isinstance(request.data, dict):
             request.data.setdefault("metadata", {})["resourceVersion"] = str(next(_rv))
@@ -82,7 +81,7 @@ class Harness:
         self.runner = KopfRunner(["run", "--standalone", "--namespace", NS], registry=self.registry,
                                  settings=self.settings)
 
-    async def __aenter__(self) -> "Harness":
+    async def __aenter__(self) -> Harness:
         await asyncio.to_thread(self.runner.__enter__)
         return self
 

@@ -8,10 +8,19 @@ import time
 from collections import Counter
 
 import pytest
-from tests.support.operator import OperatorProcess, get_job, install_crd, pod_exit, pod_running, pods_of, wait_job, wait_pods
-from tests.support.jobs import manifest
 
 from tests.support.cluster.util import wait_until
+from tests.support.jobs import manifest
+from tests.support.operator import (
+    OperatorProcess,
+    get_job,
+    install_crd,
+    pod_exit,
+    pod_running,
+    pods_of,
+    wait_job,
+    wait_pods,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 

@@ -26,13 +26,13 @@ import ssl
 import sys
 import time
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from .util import (HTTPResult, ManagedProcess, find_binary, free_port, http_request, make_pki, make_workdir,
-                    wait_until)
+from .util import HTTPResult, ManagedProcess, find_binary, free_port, http_request, make_pki, make_workdir, wait_until
 
-_LIVE: "weakref.WeakSet[CelServer]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[CelServer] = weakref.WeakSet()
 
 
 @atexit.register
@@ -40,7 +40,7 @@ def _stop_all_at_exit() -> None:
     for s in list(_LIVE):
         try:
             s.stop()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
 
@@ -89,7 +89,7 @@ class CelServer:
         self.timings: dict[str, float] = {}
         _LIVE.add(self)
 
-    def __enter__(self) -> "CelServer":
+    def __enter__(self) -> CelServer:
         try:
             self.start()
         except BaseException:
@@ -100,7 +100,7 @@ class CelServer:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def start(self) -> "CelServer":
+    def start(self) -> CelServer:
         t0 = time.monotonic()
         self.etcd.start()
         self.authstub.start()

@@ -41,18 +41,28 @@ import shutil
 import ssl
 import time
 import weakref
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from .util import (HTTPResult, ManagedProcess, PKI, find_binary, free_port,
-                    http_request, make_pki, make_workdir, wait_until)
 from .kubectl import Kubectl
+from .util import (
+    PKI,
+    HTTPResult,
+    ManagedProcess,
+    find_binary,
+    free_port,
+    http_request,
+    make_pki,
+    make_workdir,
+    wait_until,
+)
 
 DEFAULT_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "serviceaccount-token")
 SA_ISSUER = "https://kubernetes.default.svc"
 
-_LIVE: "weakref.WeakSet[ControlPlane]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[ControlPlane] = weakref.WeakSet()
 
 
 @atexit.register
@@ -60,7 +70,7 @@ def _stop_all_at_exit() -> None:
     for cp in list(_LIVE):
         try:
             cp.stop()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
 
@@ -206,7 +216,7 @@ class ControlPlane:
         ]
 
     # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> "ControlPlane":
+    def __enter__(self) -> ControlPlane:
         try:
             self.start()
         except BaseException:
@@ -217,7 +227,7 @@ class ControlPlane:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def start(self) -> "ControlPlane":
+    def start(self) -> ControlPlane:
         self.start_etcd()
         self.start_apiserver()
         if self.controller_manager is not None:

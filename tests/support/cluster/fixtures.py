@@ -30,15 +30,16 @@ import os
 import secrets
 import sys
 import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
-from .util import missing_binaries
 from .celserver import CelServer
 from .controlplane import ControlPlane
 from .kubectl import Kubectl
+from .util import missing_binaries
 
 __all__ = [
     "controlplane", "kubeconfig", "kubectl", "kubeconfig_env", "k8s_namespace",

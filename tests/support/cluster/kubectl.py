@@ -27,8 +27,9 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .util import REPO_ROOT, tools_bin_dir
 
@@ -79,7 +80,7 @@ class Kubectl:
         self.timeout = timeout
         self.binary = Path(binary) if binary else kubectl_path()
 
-    def with_namespace(self, namespace: str) -> "Kubectl":
+    def with_namespace(self, namespace: str) -> Kubectl:
         return Kubectl(self.kubeconfig, namespace=namespace, context=self.context,
                        cache_dir=self.cache_dir, timeout=self.timeout, binary=self.binary)
 

@@ -19,9 +19,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -80,7 +81,7 @@ def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05,
             value = pred()
             if value:
                 return value
-        except Exception as exc:  # noqa: BLE001 - polling
+        except Exception as exc:
             last_exc = exc
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}"
@@ -159,7 +160,7 @@ def _pdeathsig() -> None:  # runs in the child between fork and exec
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
 
 
@@ -341,7 +342,7 @@ def make_pki(directory: Path, hosts: Sequence[str] = ("127.0.0.1", "localhost"))
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
     later = now + datetime.timedelta(days=30)
 
     def pem_key(key) -> bytes:

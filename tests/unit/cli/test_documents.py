@@ -35,7 +35,7 @@ def _both(text: str) -> tuple[Any, Any]:
     def run(loader: Any) -> Any:
         try:
             return "ok", [_norm(d) for d in yaml.load_all(text, Loader=loader)]
-        except Exception as exc:  # noqa: BLE001 — the two must fail alike
+        except Exception as exc:
             return "error", type(exc).__name__, str(exc)
     return run(documents._Loader), run(documents._PyYAMLLoader)
 
@@ -52,7 +52,7 @@ def yaml_text(draw: Any, depth: int = 0) -> str:
         return "[" + ", ".join(i or "''" for i in items) + "]"
     n = draw(st.integers(1, 4))
     lines = []
-    for i in range(n):
+    for _i in range(n):
         child = draw(yaml_text(depth + 1))
         block = child.startswith("|")
         if kind == "map":
@@ -95,7 +95,7 @@ def test_aliases_stay_shared_and_limits_still_apply() -> None:
     (doc,) = documents.load_text("a: &x {k: [1]}\nb: *x\n")
     assert doc.body["a"] is doc.body["b"]  # as PyYAML builds it: an alias bomb stays small in memory
     bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdef", "bcdefg"))
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdef", "bcdefg", strict=False))
     with pytest.raises(documents.DocumentError, match="alias bomb"):
         documents.load_text(bomb)
     with pytest.raises(documents.DocumentError, match="deeper than 64"):

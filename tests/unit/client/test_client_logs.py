@@ -6,7 +6,8 @@ why there is nothing to read. A control plane has no kubelet, so real pod logs a
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any, Optional
 
 import pytest
 

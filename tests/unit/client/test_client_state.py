@@ -13,6 +13,7 @@ from grpo_operator.client import Job, NodePod, Progress
 from grpo_operator.client.types import phase_of
 from grpo_operator.render import manifests
 
+
 # ---------------------------------------------------------------------------------------------- phase
 def test_a_job_without_status_is_unknown_not_created(b: Any) -> None:
     assert Job.from_dict(b.job()).phase == "Unknown"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from grpo_operator.controller import events
 from grpo_operator import lifecycle
+from grpo_operator.controller import events
 from grpo_operator.controller import metrics as opmetrics
 
 JOB = {"apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob",

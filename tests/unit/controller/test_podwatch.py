@@ -4,13 +4,12 @@ watch events and re-lists keep the per-job index (the real API server tests cove
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Optional
+from collections.abc import AsyncIterator
+from typing import Any, Optional
 
 import pytest
 
-from grpo_operator.controller import handlers
-from grpo_operator.controller import kube
-from grpo_operator.controller import podwatch
+from grpo_operator.controller import handlers, kube, podwatch
 
 
 def pod(name: str, job: Optional[str] = "j", ns: str = "ns", phase: str = "Pending", rv: int = 1) -> dict[str, Any]:

@@ -3,7 +3,6 @@ of what render() makes of examples/multi-node.yaml under that mode."""
 
 from __future__ import annotations
 
-import copy
 import re
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ def subset(part: Any, whole: Any, path: str = "") -> list[str]:
     if isinstance(part, list):
         if not isinstance(whole, list) or len(part) != len(whole):
             return [path]
-        return [p for i, (a, b) in enumerate(zip(part, whole)) for p in subset(a, b, f"{path}[{i}]")]
+        return [p for i, (a, b) in enumerate(zip(part, whole, strict=False)) for p in subset(a, b, f"{path}[{i}]")]
     return [] if part == whole else [f"{path}: {part!r} != {whole!r}"]
 
 

@@ -14,7 +14,7 @@ from grpo_operator import lifecycle as lc
 from grpo_operator.api import gang as g
 from tests.support.jobs import job_body, pod_body
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 UID = "uid-1"
 GROUP = "job-uid1-a0"  # <base>-<uid, alphanumerics, 8>-a<attempt the run started at>
 POLICY = lc.Policy(backoff_base=10, backoff_cap=300)

@@ -14,7 +14,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grpo_operator.api import gang as g
 from grpo_operator.render import manifests, podgroup

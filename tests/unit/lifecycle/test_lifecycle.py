@@ -11,10 +11,9 @@ import pytest
 from grpo_operator import lifecycle as lc
 from grpo_operator.render import manifests
 from grpo_operator.rules import validation
-
 from tests.support.jobs import job_body, pod_body
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 UID = "uid-1"
 POLICY = lc.Policy(backoff_base=10, backoff_cap=300)
 

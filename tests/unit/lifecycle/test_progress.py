@@ -6,21 +6,18 @@ from __future__ import annotations
 import io
 import json
 import math
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from grpo_operator.render import manifests
+from grpo_operator.cli.local_run import progress_line
 from grpo_operator.controller import metrics as opmetrics
 from grpo_operator.lifecycle import progress as pg
+from grpo_operator.render import manifests
 from grpo_operator.rules import validation
-from grpo_operator.cli.local_run import progress_line
 from grpo_operator.webhook.review import reason_label, review
 from grpo_trainer.metrics import TrainerMetrics
-
 from tests.support.jobs import manifest
 
 RECORD = {"step": 120, "maxSteps": 500, "reward": 0.6123456789, "rewardStd": 0.25, "kl": None,
@@ -147,7 +144,7 @@ def test_rate_limit_over_a_fast_logging_run() -> None:
         if dec.include:
             writes.append(now)
             last, current = now, latest
-    assert len(writes) <= 60 / 15 + 1 and all(b - a >= 15 for a, b in zip(writes, writes[1:])), writes
+    assert len(writes) <= 60 / 15 + 1 and all(b - a >= 15 for a, b in zip(writes, writes[1:], strict=False)), writes
 
 
 def test_merge_patch_removes_what_disappeared() -> None:

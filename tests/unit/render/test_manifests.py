@@ -67,7 +67,7 @@ def test_every_accepted_spec_renders_valid_kubernetes_objects(name, nodes, gpus,
     pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["labels"][manifests.LABEL_ROLE] == "trainer"]
     assert len(pods) == nodes
     base = manifests.names(name).base
-    for rank, pod in enumerate(pods):
+    for _rank, pod in enumerate(pods):
         argv = pod["spec"]["containers"][0]["command"] + pod["spec"]["containers"][0]["args"]
         assert argv[:3] == ["python", "-m", "grpo_trainer.launch"]  # torchrun, exiting with the trainer's code
         # no --node-rank: c10d ignores it and ranks follow host names (pod node-N is not rank N)

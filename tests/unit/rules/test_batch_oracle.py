@@ -9,7 +9,6 @@ import random
 import pytest
 
 from grpo_operator.rules import validation
-
 from tests.support.oracle import trl_verdicts
 
 SPLITS = [(1, 1), (1, 2), (2, 1), (1, 3), (3, 1), (1, 4), (2, 2), (4, 1), (1, 6), (2, 3), (3, 2), (6, 1),
@@ -94,7 +93,7 @@ def test_grid_is_large_and_varied(verdicts):
 def test_verdict_equals_trl_on_sane_rows_and_is_stricter_on_edge_rows(verdicts):
     grid, trl = verdicts
     disagreements, edge, sane = [], 0, 0
-    for row, (trl_ok, trl_msg) in zip(grid, trl):
+    for row, (trl_ok, trl_msg) in zip(grid, trl, strict=False):
         res = validation.validate(_doc(row))
         ours = res.valid
         if _sane(row):

@@ -6,7 +6,6 @@ import pytest
 
 from grpo_trainer import config
 from grpo_trainer.exitcodes import CONFIG, TrainerError
-
 from tests.support.trainer import config_doc
 
 

@@ -8,7 +8,6 @@ import pytest
 from grpo_trainer import data
 from grpo_trainer.config import DatasetSpec
 from grpo_trainer.exitcodes import DATASET, MODEL, TrainerError
-
 from tests.support.trainer import TINY_DATA, TINY_MODEL
 
 ROWS = [{"question": f"What is {i} + 1 ?", "answer": f"#### {i + 1}"} for i in range(6)]

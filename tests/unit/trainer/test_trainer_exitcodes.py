@@ -13,7 +13,6 @@ from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
 
 from grpo_trainer import exitcodes as ec
 from grpo_trainer.launch import exit_code_for
-
 from tests.support.trainer import REPO, env
 
 

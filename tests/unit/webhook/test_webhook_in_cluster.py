@@ -62,7 +62,7 @@ def test_a_refusal_is_logged_at_info_not_error(caplog: pytest.LogCaptureFixture)
     logger = logging.getLogger("kopf.objects")
     with caplog.at_level(logging.DEBUG, logger="kopf.objects"):
         logger.error(f"{handler} failed permanently: spec.training.numGenerations: 3 does not divide 8")
-        logger.error(f"Webhook 'other' failed permanently: boom")  # not ours: stays an error
+        logger.error("Webhook 'other' failed permanently: boom")  # not ours: stays an error
     levels = [(r.levelname, r.getMessage()[:20]) for r in caplog.records]
     assert levels == [("INFO", "Webhook 'validate' f"), ("ERROR", "Webhook 'other' fail")]
 

@@ -7,12 +7,11 @@ import ssl
 
 import pytest
 
-from tests.support.jobs import job_body
-
-from grpo_operator.webhook import certs
 from grpo_operator.rules import validation
+from grpo_operator.webhook import certs
 from grpo_operator.webhook import review as webhook
 from grpo_operator.webhook import server as webhook_server
+from tests.support.jobs import job_body
 
 
 def test_valid_create_is_allowed_with_warnings_passed_through() -> None:
