@@ -173,8 +173,10 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
                 cp.ensure_namespace(ns_o)
                 t_floor, t_floor_requests = await floor(c, ns_f, n, args.nodes)
                 log = open(f"/tmp/grpo-operator-bench-{n}.log", "w")
-                op = subprocess.Popen([sys.executable, "-m", "grpo_operator.cli.grpo_operator", "--namespace", ns_o, "--log-level", "WARNING"],
-                                      env={**cp.env, "GRPO_RESYNC_SECONDS": "300"}, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+                op = subprocess.Popen([sys.executable, "-m", "grpo_operator.cli.grpo_operator", "--namespace", ns_o,
+                                       "--log-level", "WARNING"],
+                                      env={**cp.env, "GRPO_RESYNC_SECONDS": "300"}, stdout=log,
+                                      stderr=subprocess.STDOUT, cwd=REPO)
                 try:
                     await asyncio.sleep(3)  # operator started and watching
                     rss0 = rss_bytes(op.pid) or 0
@@ -189,7 +191,8 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
                     op.terminate()
                     op.wait(20)
                 r = {"jobs": n, "nodes_per_job": args.nodes, "objects_per_job": 2 + args.nodes,
-                     "floor_s": round(t_floor, 3), "floor_requests_s": round(t_floor_requests, 3), "operator_s": round(t_op, 3), "ratio": round(t_op / t_floor, 2),
+                     "floor_s": round(t_floor, 3), "floor_requests_s": round(t_floor_requests, 3),
+                     "operator_s": round(t_op, 3), "ratio": round(t_op / t_floor, 2),
                      "operator_cpu_ms_per_job": round(cpu * 1000 / n, 2),
                      "operator_rss_mb_idle": round(rss0 / 2**20, 1), "operator_rss_mb": round(rss / 2**20, 1),
                      f"operator_rss_mb_after_{args.settle:g}s": round(rss_settled / 2**20, 1)}

@@ -114,7 +114,8 @@ def main() -> None:
                       f"generated tok/s  mean completion {res['mean_length']:.1f}  set-up {res['setup_s']:.1f} s",
                       flush=True)
     med = {m: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for m, rs in results.items()}
-    print(json.dumps({"model": args.model, "nproc": args.nproc, "steps": args.steps, "batch": args.batch, "maxCompletion": args.completion,
+    print(json.dumps({"model": args.model, "nproc": args.nproc, "steps": args.steps, "batch": args.batch,
+                      "maxCompletion": args.completion,
                       "median": med,
                       "colocate_over_transformers": {"step_time": med["colocate"]["step_s"] / med["none"]["step_s"],
                                                      "tokens_per_s": med["colocate"]["tokens_per_s"]

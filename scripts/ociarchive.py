@@ -194,15 +194,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ociarchive.py", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("from-rootfs")
-    p.add_argument("rootfs"); p.add_argument("out"); p.add_argument("name")
+    for arg in ("rootfs", "out", "name"):
+        p.add_argument(arg)
     p.add_argument("--arch", default={"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine,
                                                                                    os.uname().machine))
     p = sub.add_parser("add-name")
-    p.add_argument("archive"); p.add_argument("name")
+    p.add_argument("archive")
+    p.add_argument("name")
     p = sub.add_parser("inspect")
     p.add_argument("archive")
     p = sub.add_parser("unpack")
-    p.add_argument("archive"); p.add_argument("dir")
+    p.add_argument("archive")
+    p.add_argument("dir")
     a = ap.parse_args(argv)
     if a.cmd == "from-rootfs":
         print(f"{a.out}: {a.name} manifest {from_rootfs(a.rootfs, a.out, a.name, a.arch)}")

@@ -48,7 +48,8 @@ class OperatorProcess:
         argv = [sys.executable, "-m", "grpo_operator.cli.grpo_operator", *args]
         if webhook:
             host = os.environ.get("GRPO_TEST_WEBHOOK_HOST", "127.0.0.1")
-            argv += ["--webhook-listen", f"0.0.0.0:{self.webhook_port}" if host != "127.0.0.1" else f"127.0.0.1:{self.webhook_port}",
+            listen = "0.0.0.0" if host != "127.0.0.1" else "127.0.0.1"
+            argv += ["--webhook-listen", f"{listen}:{self.webhook_port}",
                      "--webhook-host", host, "--webhook-manage"]
         full_env = {**os.environ, "KUBECONFIG": str(kubeconfig), "GRPO_BACKOFF_BASE_SECONDS": "0.5",
                     "GRPO_RESYNC_SECONDS": "5", "PYTHONUNBUFFERED": "1", **(env or {})}

@@ -97,7 +97,8 @@ def classify(exc: BaseException) -> TrainerError | None:
             if isinstance(t, type)
         )
         if dist_errors and isinstance(exc, dist_errors):
-            return TrainerError(DISTRIBUTED, f"distributed failure: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return TrainerError(DISTRIBUTED, f"distributed failure: {first_line}")
     if isinstance(exc, RuntimeError):
         text = str(exc).lower()
         if any(m in text for m in _DISTRIBUTED_MARKERS):

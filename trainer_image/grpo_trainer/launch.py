@@ -2,8 +2,8 @@
 
 Plain torchrun exits 1 whenever any worker fails, which the operator would read as permanent. This wrapper runs
 torchrun's own launcher in-process and maps the outcome: a permanent worker code (1-127) if any worker had one,
-else the first failed worker's code (a signal N becomes 128+N), 128+N when the agent itself got signal N (pod deletion: 143), and 200 when rendezvous fails (peers never
-arrived or the c10d store was lost).
+else the first failed worker's code (a signal N becomes 128+N), 128+N when the agent itself got signal N (pod
+deletion: 143), and 200 when rendezvous fails (peers never arrived or the c10d store was lost).
 """
 
 from __future__ import annotations

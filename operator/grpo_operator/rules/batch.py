@@ -155,7 +155,8 @@ def evaluate(inp: BatchInput) -> tuple[list[Issue], Optional[int], Optional[int]
     """All violated rules (without fixes), and B, S when computable."""
     issues = _sizes(inp)
     if inp.nodes < 1 or inp.nproc < 1:
-        issues.append(Issue("X2", "spec.nodes" if inp.nodes < 1 else inp.nproc_field, "nodes and processes per node must be at least 1."))
+        issues.append(Issue("X2", "spec.nodes" if inp.nodes < 1 else inp.nproc_field,
+                            "nodes and processes per node must be at least 1."))
     if issues:
         return issues, None, None
     W = inp.world_size

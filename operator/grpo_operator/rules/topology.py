@@ -71,7 +71,8 @@ def resolve(
             n = parse_gpu_count(raw)
             path = f"{field_prefix}.resources.{where}[{name}]"
             if n is None:
-                errors.append(TopologyError(path, f"GPU count must be a whole number of GPUs (an integer like 4 or \"4\"), got {raw!r}."))
+                errors.append(TopologyError(
+                    path, f"GPU count must be a whole number of GPUs (an integer like 4 or \"4\"), got {raw!r}."))
                 continue
             if n > MAX_GPUS_PER_NODE:
                 errors.append(TopologyError(path, f"{n} GPUs per node is more than any node has (max {MAX_GPUS_PER_NODE})."))

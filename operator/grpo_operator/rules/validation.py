@@ -68,7 +68,8 @@ def _siblings(parent_loc: tuple) -> list[str]:
             return []
     return [info.alias or name for name, info in model.model_fields.items()] if model else []
 
-_UNION_TAGS = re.compile(r"^(int|str|float|bool|none|literal\[.*\]|list\[.*\]|dict\[.*\]|function-.*|constrained-.*|[a-z_]+\[.*\])$")
+_UNION_TAGS = re.compile(
+    r"^(int|str|float|bool|none|literal\[.*\]|list\[.*\]|dict\[.*\]|function-.*|constrained-.*|[a-z_]+\[.*\])$")
 
 
 _PATTERN_TEXT = {
@@ -113,7 +114,8 @@ def _pydantic_errors(exc: ValidationError, prefix: str = "spec") -> list[FieldEr
             hint = difflib.get_close_matches(name, _siblings(loc[:-1]), n=1, cutoff=0.6)
             msg = f"unknown field '{name}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
         elif kind == "string_pattern_mismatch":
-            msg = f"{_PATTERN_TEXT.get(err.get('ctx', {}).get('pattern'), 'has an invalid format')} (got {_short(err.get('input'))})"
+            pattern = str((err.get("ctx") or {}).get("pattern"))
+            msg = f"{_PATTERN_TEXT.get(pattern, 'has an invalid format')} (got {_short(err.get('input'))})"
         elif kind == "value_error":
             msg = msg.removeprefix("Value error, ")
         else:
@@ -166,7 +168,8 @@ def _vllm_errors(spec: api.GRPOJobSpec, topo: topology.Topology) -> list[FieldEr
                                          f"the vLLM server has {stopo.gpus_per_node} GPUs, which tensorParallelSize "
                                          f"({tp}) must divide (GPUs = tensor parallel × data parallel)."))
     elif spec.vllm.server is not None:
-        errors.append(FieldError("spec.vllm.server", f"spec.vllm.server is only used with mode: server (mode is {spec.vllm.mode}); remove it or set mode: server."))
+        errors.append(FieldError("spec.vllm.server", f"spec.vllm.server is only used with mode: server "
+                                                    f"(mode is {spec.vllm.mode}); remove it or set mode: server."))
     return errors
 
 
@@ -177,7 +180,8 @@ def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any])
             out.append("spec.output.volumeClaimName is not set: with several nodes checkpoints land in per-pod emptyDirs, "
                        "which cannot be resumed; set a ReadWriteMany PVC.")
         else:
-            out.append("spec.output.volumeClaimName is not set: checkpoints live in an emptyDir and a restart starts from step 0.")
+            out.append("spec.output.volumeClaimName is not set: checkpoints live in an emptyDir and a restart starts "
+                       "from step 0.")
     lr = t.get("learning_rate")
     if isinstance(lr, (int, float)) and lr > 1e-3:
         out.append(f"spec.training.learningRate {lr} is unusually high for GRPO fine-tuning (typical 1e-6 … 1e-5).")
@@ -188,12 +192,15 @@ def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any])
                    "to the vLLM server over NCCL, which needs CUDA, so the trainer stops at start with a config error "
                    "(exit 10). On CPU use spec.vllm.mode: colocate (or none), or request GPUs in spec.resources.")
     if spec.vllm.mode == "colocate" and spec.vllm.gpuMemoryUtilization > 0.7:
-        out.append(f"spec.vllm.gpuMemoryUtilization {spec.vllm.gpuMemoryUtilization} leaves little memory for training in colocate mode.")
+        out.append(f"spec.vllm.gpuMemoryUtilization {spec.vllm.gpuMemoryUtilization} leaves little memory for "
+                   "training in colocate mode.")
     if topo.gpu_resource is None and t.get("bf16"):
         out.append("spec.training.bf16 on a CPU-only job: the trainer turns it off.")
     max_steps, save_steps = t.get("max_steps"), t.get("save_steps", trl_fields.default("save_steps"))
-    if isinstance(max_steps, int) and max_steps > 0 and isinstance(save_steps, (int, float)) and save_steps >= 1 and save_steps > max_steps:
-        out.append(f"spec.training.saveSteps ({save_steps}) > maxSteps ({max_steps}): no checkpoint before the end, so a failure restarts from step 0.")
+    if (isinstance(max_steps, int) and max_steps > 0 and isinstance(save_steps, (int, float)) and save_steps >= 1
+            and save_steps > max_steps):
+        out.append(f"spec.training.saveSteps ({save_steps}) > maxSteps ({max_steps}): no checkpoint before the end, "
+                   "so a failure restarts from step 0.")
     return out
 
 

@@ -149,7 +149,8 @@ def test_every_value_is_typed_and_described() -> None:
                                                       "securityContext"):
                 yield from keys(v, p)
 
-    missing = [k for k in keys(values) if k not in seen and not k.startswith(("podSecurityContext.", "securityContext.", "resources."))]
+    ignored = ("podSecurityContext.", "securityContext.", "resources.")
+    missing = [k for k in keys(values) if k not in seen and not k.startswith(ignored)]
     assert not missing, f"values.yaml keys without a schema entry: {missing}"
 
 

@@ -47,7 +47,8 @@ pytestmark.append(pytest.mark.kmock(cls=Emulator))
 def declare(k: Any) -> None:
     k.resources["v1/namespaces"] = kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs={"list", "watch", "get"})
     k.resources["v1/pods"] = kmock.ResourceInfo(kind="Pod", namespaced=True,
-                                                verbs={"list", "watch", "get", "create", "delete", "patch"}, subresources={"status"})
+                                                verbs={"list", "watch", "get", "create", "delete", "patch"},
+                                                subresources={"status"})
     k.resources["v1/configmaps"] = kmock.ResourceInfo(kind="ConfigMap", namespaced=True, verbs={"create", "get", "list"})
     k.resources["v1/services"] = kmock.ResourceInfo(kind="Service", namespaced=True, verbs={"create", "get", "list"})
     k.resources["v1/events"] = kmock.ResourceInfo(kind="Event", namespaced=True, verbs={"create"})

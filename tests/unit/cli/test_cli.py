@@ -27,7 +27,10 @@ spec:
   training: {perDeviceTrainBatchSize: 4, gradientAccumulationSteps: 2, numGenerations: 8}
   output: {volumeClaimName: ckpt}
 """
-BAD_BATCH = GOOD.replace("name: good", "name: bad").replace("perDeviceTrainBatchSize: 4, gradientAccumulationSteps: 2", "perDeviceTrainBatchSize: 1, gradientAccumulationSteps: 1").replace("nodes: 2", "nodes: 1").replace("gpu: 4", "gpu: 3")
+BAD_BATCH = (GOOD.replace("name: good", "name: bad")
+             .replace("perDeviceTrainBatchSize: 4, gradientAccumulationSteps: 2",
+                      "perDeviceTrainBatchSize: 1, gradientAccumulationSteps: 1")
+             .replace("nodes: 2", "nodes: 1").replace("gpu: 4", "gpu: 3"))
 
 
 def run(tmp_path, *texts, args=("-o", "json"), binary=False):
@@ -109,7 +112,8 @@ def _mutate(text: str, old: str, new: str) -> str:
 @pytest.mark.parametrize("old,new,field,words", [
     ("perDeviceTrainBatchSize: 4", "perDeviceTrainBatchSize: '4'", "spec.training.perDeviceTrainBatchSize", "valid integer"),
     ("perDeviceTrainBatchSize: 4", "perDeviceTrainBatchSize: -4", "spec.training.perDeviceTrainBatchSize", "at least 1"),
-    ("perDeviceTrainBatchSize: 4", "perDeviceTrainBatchSize: 99999999999999999999999", "spec.training.perDeviceTrainBatchSize", "less than or equal"),
+    ("perDeviceTrainBatchSize: 4", "perDeviceTrainBatchSize: 99999999999999999999999",
+     "spec.training.perDeviceTrainBatchSize", "less than or equal"),
     ("perDeviceTrainBatchSize: 4", "perDeviceTrainBatchSze: 4", "spec.training", "did you mean 'perDeviceTrainBatchSize'"),
     ("numGenerations: 8", "numGenerations: 8, learningRate: .inf", "spec.training.learningRate", "finite"),
     ("numGenerations: 8", "numGenerations: 8, outputDir: /tmp", "spec.training", "spec.output.path"),

@@ -222,7 +222,8 @@ def test_restart_flow_waits_for_old_pods_then_backoff_then_creates_next_attempt(
     d1 = decide(body, [pod(0, "Failed", exit_code=143), pod(1, "Running")])
     b1 = apply(body, d1)
     # old pods still terminating: wait, do not delete twice, do not create
-    d2 = decide(b1, [pod(0, "Failed", exit_code=143, deleting=True), pod(1, "Running", deleting=True)], T0 + dt.timedelta(seconds=1))
+    d2 = decide(b1, [pod(0, "Failed", exit_code=143, deleting=True), pod(1, "Running", deleting=True)],
+                T0 + dt.timedelta(seconds=1))
     assert not d2.create_pods and not d2.delete_pods and d2.status["phase"] == "Restarting"
     # gone, but backoff (10 s) not elapsed
     d3 = decide(apply(b1, d2), [], T0 + dt.timedelta(seconds=5))
