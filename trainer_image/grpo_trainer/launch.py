@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from .contract import C10D_PORT
 from .exitcodes import DISTRIBUTED, SIGNAL_BASE, from_returncode, is_retryable
 
 DEFAULT_JOIN_TIMEOUT = 600  # torchrun's own default for c10d's join_timeout
@@ -61,10 +62,14 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
+def _say(message: str) -> None:
+    sys.stderr.write(message + "\n")
+
+
 def wait_for_store(endpoint: str, timeout: float, *, connect_timeout: float = 2.0, interval: float = 1.0,
                    is_host: Callable[[str], bool] | None = None, resolve=socket.getaddrinfo,
                    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                   say: Callable[[str], None] = lambda m: sys.stderr.write(m + "\n")) -> str:
+                   say: Callable[[str], None] | None = None) -> str:
     """Wait until the c10d store's host name leads to this agent (it hosts the store) or to a store that accepts a
     connection; "host", "reachable" or "timeout" (then torchrun goes on and fails as it would have).
 
@@ -74,10 +79,14 @@ def wait_for_store(endpoint: str, timeout: float, *, connect_timeout: float = 2.
     restarted again (seen on a real node). Here every try re-resolves, and a connect gives up after
     `connect_timeout`."""
     if is_host is None:
-        from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname as is_host
+        from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname
+
+        is_host = _matches_machine_hostname
+    if say is None:
+        say = _say
     host, _, port_text = endpoint.rpartition(":")
     if not host or not port_text.isdigit():
-        host, port_text = endpoint, "29400"
+        host, port_text = endpoint, str(C10D_PORT)
     host = host.strip("[]")
     start = clock()
     waited = False

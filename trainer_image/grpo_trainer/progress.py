@@ -8,6 +8,7 @@ import json
 import sys
 import time
 from collections import deque
+from typing import Any
 
 from transformers import TrainerCallback
 
@@ -94,8 +95,8 @@ class ProgressCallback(TrainerCallback):
 FINAL_FIELDS = ("reward", "rewardStd", "kl", "completionLength", "learningRate", "tokensPerSecond")
 
 
-def final_record(last: dict, step: int, max_steps: int) -> dict:
-    record = {"step": step, "maxSteps": max_steps}
+def final_record(last: dict[str, Any], step: int, max_steps: int) -> dict[str, Any]:
+    record: dict[str, Any] = {"step": step, "maxSteps": max_steps}
     record.update({k: last[k] for k in FINAL_FIELDS if last.get(k) is not None})
     rewards = last.get("rewards")
     if isinstance(rewards, dict) and len(json.dumps(rewards)) < 600:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from . import data, resume, rewards
 from .config import TrainerConfig, grpo_kwargs
@@ -27,7 +28,12 @@ def log(msg: str) -> None:
         sys.stderr.flush()
 
 
-def build_args(kwargs: dict):
+def batch_error(e: BaseException) -> TrainerError:
+    """TRL's batch ValueError as exit 13 (BATCH), with TRL's own message and the world size it saw."""
+    return TrainerError(BATCH, f"TRL rejected the batch sizes at world size {_world_size()}: {e}")
+
+
+def build_args(kwargs: dict[str, Any]) -> Any:
     """GRPOConfig for this job; TRL's batch ValueError becomes exit 13 with TRL's own message."""
     from trl import GRPOConfig
 
@@ -35,7 +41,7 @@ def build_args(kwargs: dict):
         return GRPOConfig(**kwargs)
     except (ValueError, ZeroDivisionError) as e:
         if is_trl_batch_error(e):
-            raise TrainerError(BATCH, f"TRL rejected the batch sizes at world size {_world_size()}: {e}") from None
+            raise batch_error(e) from None
         raise TrainerError(CONFIG, f"invalid training arguments: {e}") from None
     except TypeError as e:
         raise TrainerError(CONFIG, f"invalid training arguments: {e}") from None
@@ -123,32 +129,13 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     from . import metrics as metrics_mod
 
     metrics = metrics_mod.start(cfg.metrics_port, cfg.job_name, cfg.job_namespace)
-    # 1. Cheap checks first, before any model is loaded: the output volume, argument names, rewards import,
-    #    tokenizer, dataset columns.
-    check_output_writable(cfg.output_dir)
-    kwargs = grpo_kwargs(cfg, cuda=cuda)
-    from trl import GRPOConfig
-
-    max_len = int(kwargs.get("max_completion_length") or GRPOConfig.max_completion_length or 512)
-    reward_funcs = rewards.build(cfg.rewards, max_completion_length=max_len,
-                                 answer_column=cfg.dataset.answer_column)
-    tokenizer = data.load_tokenizer(cfg.model)
-    raw = data.load_dataset(cfg.dataset)
-    train_dataset = data.prepare_dataset(raw, cfg.dataset, chat=data.has_chat_template(tokenizer))
-    # 2. GRPOConfig: runs TRL's batch check with the real world size (and initialises the process group).
-    args = build_args(kwargs)
-    plain_cpu_device(args)
+    # 1.-2. Cheap checks, then GRPOConfig (TRL's batch check with the real world size).
+    tokenizer, reward_funcs, train_dataset, args = _prepare(cfg, cuda)
     # 3. The checkpoint to resume from; a job restarted after it already reached max_steps only re-saves the model
     #    (resuming at max_steps would make transformers train one more step).
     checkpoint = resume.latest_checkpoint(cfg.output_dir)
     if checkpoint and 0 < args.max_steps <= resume.step_of(checkpoint):
-        log(f"{checkpoint} already reached max_steps={args.max_steps}; saving its model, no training")
-        if args.process_index == 0:
-            data.load_model(checkpoint).save_pretrained(cfg.output_dir)
-            tokenizer.save_pretrained(cfg.output_dir)
-            if cfg.progress:
-                emit(RESULT_PREFIX, {"step": resume.step_of(checkpoint), "maxSteps": args.max_steps, "reward": None,
-                                     "outputDir": cfg.output_dir, "checkpoint": checkpoint, "resumedFrom": checkpoint})
+        _save_finished(cfg, args, tokenizer, checkpoint)
         return 0, None
     # 4. The model and the trainer (vLLM's CPU settings go in before TRL imports vLLM).
     if args.use_vllm:
@@ -162,7 +149,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
         log("SIGTERM during setup: exiting 143 (retryable) before training")
         return PREEMPTED, None
     preemption = preempt.PreemptionCallback()
-    callbacks = [preemption]
+    callbacks: list[Any] = [preemption]
     progress = ProgressCallback(print_lines=cfg.progress, metrics=metrics) \
         if cfg.progress or metrics is not None else None
     if progress is not None:
@@ -172,7 +159,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
                               processing_class=tokenizer, callbacks=callbacks)
     except (ValueError, ZeroDivisionError) as e:
         if is_trl_batch_error(e):
-            raise TrainerError(BATCH, f"TRL rejected the batch sizes at world size {_world_size()}: {e}") from None
+            raise batch_error(e) from None
         raise
     del model
     if checkpoint:
@@ -183,17 +170,54 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
         log(f"SIGTERM: stopped at step {trainer.state.global_step}"
             + (", checkpoint saved" if trainer.state.global_step > 0 else "") + "; exiting 143 (retryable)")
         return PREEMPTED, trainer
+    _save_trained(cfg, trainer, tokenizer, progress.last if progress is not None else {}, checkpoint)
+    return 0, trainer
+
+
+def _prepare(cfg: TrainerConfig, cuda: bool) -> tuple[Any, Any, Any, Any]:
+    """Steps 1-2 of run(): the checks that need no model (output volume, argument names, rewards import, tokenizer,
+    dataset columns), then GRPOConfig. Returns (tokenizer, reward functions, train dataset, GRPOConfig)."""
+    check_output_writable(cfg.output_dir)
+    kwargs = grpo_kwargs(cfg, cuda=cuda)
+    from trl import GRPOConfig
+
+    max_len = int(kwargs.get("max_completion_length") or GRPOConfig.max_completion_length or 512)
+    reward_funcs = rewards.build(cfg.rewards, max_completion_length=max_len,
+                                 answer_column=cfg.dataset.answer_column)
+    tokenizer = data.load_tokenizer(cfg.model)
+    raw = data.load_dataset(cfg.dataset)
+    train_dataset = data.prepare_dataset(raw, cfg.dataset, chat=data.has_chat_template(tokenizer))
+    # GRPOConfig runs TRL's batch check with the real world size (and initialises the process group).
+    args = build_args(kwargs)
+    plain_cpu_device(args)
+    return tokenizer, reward_funcs, train_dataset, args
+
+
+def _save_finished(cfg: TrainerConfig, args: Any, tokenizer: Any, checkpoint: str) -> None:
+    """A restart after the job already reached max_steps: re-save the checkpoint's model, report, no training."""
+    log(f"{checkpoint} already reached max_steps={args.max_steps}; saving its model, no training")
+    if args.process_index == 0:
+        data.load_model(checkpoint).save_pretrained(cfg.output_dir)
+        tokenizer.save_pretrained(cfg.output_dir)
+        if cfg.progress:
+            emit_result(cfg, resume.step_of(checkpoint), args.max_steps, None, checkpoint, checkpoint)
+
+
+def _save_trained(cfg: TrainerConfig, trainer: Any, tokenizer: Any, last: dict[str, Any],
+                  resumed_from: str | None) -> None:
     trainer.save_model(cfg.output_dir)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(cfg.output_dir)
         # The pod's termination message carries the final progress: the operator's last scrape may be a few
         # steps behind the end, and a finished job should say where it finished.
-        write_final_progress(progress.last if progress is not None else {}, trainer.state.global_step,
-                             trainer.state.max_steps)
+        write_final_progress(last, trainer.state.global_step, trainer.state.max_steps)
         if cfg.progress:
-            last = progress.last if progress is not None else {}
-            emit(RESULT_PREFIX, {"step": trainer.state.global_step, "maxSteps": trainer.state.max_steps,
-                                 "reward": last.get("reward"), "outputDir": cfg.output_dir,
-                                 "checkpoint": resume.latest_checkpoint(cfg.output_dir),
-                                 "resumedFrom": checkpoint})
-    return 0, trainer
+            emit_result(cfg, trainer.state.global_step, trainer.state.max_steps, last.get("reward"),
+                        resume.latest_checkpoint(cfg.output_dir), resumed_from)
+
+
+def emit_result(cfg: TrainerConfig, step: int, max_steps: int, reward: Any, checkpoint: str | None,
+                resumed_from: str | None) -> None:
+    """The result line (RESULT_PREFIX + JSON) on stdout: what `grpojob run --local` reports at the end."""
+    emit(RESULT_PREFIX, {"step": step, "maxSteps": max_steps, "reward": reward, "outputDir": cfg.output_dir,
+                         "checkpoint": checkpoint, "resumedFrom": resumed_from})

@@ -317,7 +317,8 @@ def run(args: argparse.Namespace, make_client: Callable[..., Any]) -> int:
         _print(_dump(job.as_dict(), output) if output else f"grpojob.grpo.dev/{job.name} {job.phase}")
     elif cmd in ("suspend", "resume"):
         job = (client.suspend_job if cmd == "suspend" else client.resume_job)(args.name)
-        _print(_dump(job.as_dict(), output) if output else f"grpojob.grpo.dev/{job.name} {cmd}{'ed' if cmd == 'suspend' else 'd'}")
+        done = "suspended" if cmd == "suspend" else "resumed"
+        _print(_dump(job.as_dict(), output) if output else f"grpojob.grpo.dev/{job.name} {done}")
     elif cmd == "delete":
         client.delete_job(args.name, wait=args.wait, timeout=args.timeout)
         _print(f"grpojob.grpo.dev/{args.name} deleted")

@@ -6,9 +6,9 @@ How jobs and pods are followed (and why):
     zero extra writes per job).
   * pods labelled grpo.dev/job-name through our own list + watch (podwatch.py), keyed by (namespace, job name),
     holding compact lifecycle.PodInfo summaries; a change kicks the job's reconciler. kopf's per-event machinery
-    for pods cost ~13 % of the operator's CPU at 1000 jobs (py-spy) for nothing we need. No reconcile runs before every watched scope has
-    been listed, so a freshly started operator never mistakes "not listed yet" for "deleted": no spurious gang
-    restarts after an operator restart.
+    for pods cost CPU for nothing we need (measured: docs/performance.md, "operator"). No reconcile runs before every
+    watched scope has been listed, so a freshly started operator never mistakes "not listed yet" for "deleted": no
+    spurious gang restarts after an operator restart.
   * the reconciler runs on a work queue (workqueue.py): one coalescing asyncio task per job, at most one reconcile
     of a job at a time, kicks arriving meanwhile fold into one more pass. It reads the cached job + the pod index, calls
     lifecycle.decide(), then writes: status first (a merge patch on the status subresource, only when it
@@ -51,8 +51,9 @@ VALIDATION_CACHE_SIZE = 1024
 
 
 def _rv(body: Any) -> Optional[int]:
+    rv: Any = (body.get("metadata") or {}).get("resourceVersion")
     try:
-        return int((body.get("metadata") or {}).get("resourceVersion"))
+        return int(rv)
     except (TypeError, ValueError):
         return None
 
@@ -421,8 +422,8 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
 
 class NoDiffBase(kopf.DiffBaseStorage):
     """kopf deep-copies every object on every event to diff it for on.create/on.update handlers. We register
-    none (event handlers + indices only), so the diff is never read: skipping it saved ~25 % of the operator's
-    CPU at 1000 jobs (py-spy). Nothing is stored on the objects either."""
+    none (event handlers + indices only), so the diff is never read: skipping it saves CPU (measured:
+    docs/performance.md, "operator"). Nothing is stored on the objects either."""
 
     def build(self, *, body: Any, extra_fields: Any = None) -> Any:
         return {}

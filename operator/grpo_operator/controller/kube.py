@@ -51,7 +51,7 @@ def decode_lines(buffer: bytearray, chunk: bytes) -> list[dict[str, Any]]:
     """Append a chunk of a watch stream to `buffer`; return the complete JSON lines in it, decoded (a line may span
     chunks, and a pod can be larger than aiohttp's line limit)."""
     buffer += chunk
-    out = []
+    out: list[dict[str, Any]] = []
     while True:
         i = buffer.find(b"\n")
         if i < 0:

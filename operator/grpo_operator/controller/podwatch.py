@@ -47,7 +47,7 @@ def scopes_for(namespaces: Optional[Iterable[str]]) -> tuple[list[str], Optional
         return [kube.path_for("Pod", n) for n in dict.fromkeys(names)], None
     from kopf._cogs.structs.references import match_namespace  # the same glob semantics kopf applies to jobs
 
-    return ["/api/v1/pods"], lambda ns: any(match_namespace(ns, p) for p in names)  # type: ignore[arg-type]
+    return ["/api/v1/pods"], lambda ns: any(match_namespace(ns, p) for p in names)
 
 
 class PodWatch:

@@ -7,8 +7,9 @@ P per-device batch, A gradient accumulation, G num_generations, S steps per gene
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Any, Optional
 
 TRAINING = "spec.training."
 
@@ -75,7 +76,7 @@ class Breakdown:
     prompts_per_generation: int
     valid_num_generations: tuple[int, ...]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "worldSize": self.world_size,
             "nprocPerNode": self.nproc_per_node,
@@ -122,7 +123,7 @@ def _sizes(inp: BatchInput) -> list[Issue]:
         ("numGenerationsEval", inp.num_generations_eval, inp.num_generations_eval is not None and inp.eval_on),
     ]
     for name, value, applies in checks:
-        if applies and value < 1:
+        if applies and value is not None and value < 1:
             out.append(Issue("X1", TRAINING + name, f"{name} must be at least 1 (got {value}).",
                              (Fix(TRAINING + name, name, value, 1),)))
     return out
@@ -195,7 +196,7 @@ def evaluate(inp: BatchInput) -> tuple[list[Issue], Optional[int], Optional[int]
     return issues, B, S
 
 
-def _with(inp: BatchInput, **changes) -> BatchInput:
+def _with(inp: BatchInput, **changes: int) -> BatchInput:
     """dataclasses.replace without re-running __init__ (the fix search makes thousands of these)."""
     new = object.__new__(BatchInput)
     new.__dict__.update(inp.__dict__)
@@ -218,7 +219,11 @@ def _valid_generations(inp: BatchInput, B: int) -> tuple[int, ...]:
     return vals
 
 
-def _nearest(inp: BatchInput, attr: str, current: int, candidates_fn, ok, limit: int = 4096) -> list[int]:
+Candidates = Callable[[int, int, int], Iterator[int]]
+
+
+def _nearest(inp: BatchInput, attr: str, current: int, candidates_fn: Candidates,
+             ok: Callable[[BatchInput], bool], limit: int = 4096) -> list[int]:
     """Closest value(s) of one knob (one below, one above) for which ok(changed input) holds."""
     found: list[int] = []
     for direction in (-1, 1):
@@ -232,10 +237,10 @@ def _nearest(inp: BatchInput, attr: str, current: int, candidates_fn, ok, limit:
     return found
 
 
-def _stepper(step: int):
+def _stepper(step: int) -> Candidates:
     """Candidates current±k·step aligned to multiples of `step` (k = 1, 2, …)."""
 
-    def gen(current: int, direction: int, limit: int):
+    def gen(current: int, direction: int, limit: int) -> Iterator[int]:
         if direction < 0:
             v = (current - 1) // step * step if step > 0 else current - 1
             n = 0
@@ -258,6 +263,16 @@ def _lcm(a: int, b: int) -> int:
     return a * b // math.gcd(a, b)
 
 
+def _num_generations_fix(inp: BatchInput, B: int, ok: Callable[[BatchInput], bool]) -> list[Fix]:
+    """The valid numGenerations nearest to the current one (below or above), if any resolves the issue."""
+    G = inp.num_generations
+    gens = [g for g in _valid_generations(inp, B) if ok(_with(inp, num_generations=g))]
+    below = [g for g in gens if g < G]
+    above = [g for g in gens if g > G]
+    pick = sorted(([below[-1]] if below else []) + ([above[0]] if above else []), key=lambda g: (abs(g - G), g))
+    return [Fix(TRAINING + "numGenerations", "numGenerations", G, g) for g in pick[:1]]
+
+
 def _fixes(inp: BatchInput, issue: Issue, B: Optional[int], S: Optional[int]) -> tuple[Fix, ...]:
     W, P, G = inp.world_size, inp.per_device, inp.num_generations
     fixes: list[Fix] = []
@@ -273,12 +288,7 @@ def _fixes(inp: BatchInput, issue: Issue, B: Optional[int], S: Optional[int]) ->
     gpu_knob = "GPUs per node" if inp.nproc_field != "spec.nprocPerNode" else "nprocPerNode"
     if issue.code in ("E4", "E5", "E1") and G >= 1:
         if issue.code in ("E4", "E5") and B is not None:
-            gens = [g for g in _valid_generations(inp, B) if ok(_with(inp, num_generations=g))]
-            below = [g for g in gens if g < G]
-            above = [g for g in gens if g > G]
-            pick = sorted(([below[-1]] if below else []) + ([above[0]] if above else []), key=lambda g: (abs(g - G), g))
-            for g in pick[:1]:
-                fixes.append(Fix(TRAINING + "numGenerations", "numGenerations", G, g))
+            fixes += _num_generations_fix(inp, B, ok)
         if inp.generation_batch_size is not None:
             step = _lcm(P * W, max(G, 1))
             add("generation_batch_size", TRAINING + "generationBatchSize", "generationBatchSize",

@@ -55,7 +55,7 @@ def _sub_models(tp: Any) -> list[type[BaseModel]]:
     return out
 
 
-def _siblings(parent_loc: tuple) -> list[str]:
+def _siblings(parent_loc: tuple[Any, ...]) -> list[str]:
     """Field names of the model at parent_loc (for 'did you mean')."""
     model: Any = api.GRPOJobSpec
     for part in parent_loc:
@@ -81,7 +81,7 @@ _PATTERN_TEXT = {
 }
 
 
-def _path(loc: tuple, prefix: str = "spec") -> str:
+def _path(loc: tuple[Any, ...], prefix: str = "spec") -> str:
     out = prefix
     for part in loc:
         if isinstance(part, int):

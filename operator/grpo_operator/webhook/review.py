@@ -41,7 +41,8 @@ def reason_label(path: str) -> str:
     if parts[0] != "spec":
         return ".".join(parts[:2]) if parts[0] == "metadata" and parts[1:2] in (["name"], ["namespace"], ["labels"]) \
             else parts[0] if parts[0] in ("metadata", "apiVersion", "kind") else "(unknown)"
-    out, model = ["spec"], api.GRPOJobSpec
+    out: list[str] = ["spec"]
+    model: Any = api.GRPOJobSpec
     for p in parts[1:]:
         if model is api.TrainingSpec:
             out.append(p if p in trl_fields.by_camel() else "(unknown)")
@@ -80,7 +81,7 @@ def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mappi
     """Admit or deny a GRPOJob CREATE/UPDATE (dicts as in the AdmissionReview)."""
     if operation not in ("CREATE", "UPDATE") or new is None:
         return Review(True)
-    doc = {k: new.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in new}
+    doc: dict[str, Any] = {k: new.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in new}
     name = (new.get("metadata") or {}).get("name") or (new.get("metadata") or {}).get("generateName") or "?"
     if isinstance(doc.get("metadata"), dict) and not doc["metadata"].get("name") and doc["metadata"].get("generateName"):
         doc["metadata"] = {**doc["metadata"], "name": doc["metadata"]["generateName"].rstrip("-.") or "job"}

@@ -49,7 +49,8 @@ def register(registry: Any, on_review: Optional[Callable[[str, Review], None]] =
 
     @kopf.on.validate(api.GROUP, api.VERSION, api.PLURAL, id=HANDLER_ID, operations=["CREATE", "UPDATE"],
                       registry=registry)
-    async def validate_grpojob(body: Any, old: Any, new: Any, operation: Optional[str], warnings: list[str], **_: Any) -> None:
+    async def validate_grpojob(*, body: Any, warnings: list[str], old: Any = None, new: Any = None,
+                               operation: Optional[str] = None, **_: Any) -> None:
         new_d = dict(new) if new is not None else (dict(body) if body is not None else None)
         old_d = dict(old) if old is not None else None
         r = review(operation or "", new_d, old_d)
@@ -159,7 +160,7 @@ def server(addr: str, port: int, host: Optional[str], cert_dir: Optional[str], s
         tmp = tempfile.mkdtemp(prefix="grpo-webhook-certs-")
         files = certs.generate(tmp, list(dict.fromkeys(names)))
         log.info("generated a webhook CA and serving certificate for %s in %s", ", ".join(dict.fromkeys(names)), tmp)
-    kwargs = dict(addr=addr, port=port, host=dial_host, certfile=str(files.certfile),
+    kwargs: dict[str, Any] = dict(addr=addr, port=port, host=dial_host, certfile=str(files.certfile),
                   pkeyfile=str(files.keyfile), cafile=str(files.cafile) if files.cafile else None)
     if svc:
         return _service_server_class()(service=svc, **kwargs)
