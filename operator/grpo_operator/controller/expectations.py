@@ -2,16 +2,15 @@
 
   * pods it created a moment ago: until the watch shows them (or expectation_ttl passes) they count as present, as
     synthetic PodInfos, so that a second pass does not create them again;
-  * deletes it sent: the same delete is not sent again within a window (its watch event is on the way);
   * objects with its pods' names owned by something else, found when a create conflicted: they count as foreign
     pods for a minute, so that the lifecycle reports the conflict.
+Deletes it sent are not sent again within a window either: that is ratelimit.py, used by handlers.py.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Optional
 
 from .. import lifecycle
 from ..render import manifests
@@ -24,7 +23,6 @@ class Expectations:
     def __init__(self, ttl: float):
         self.ttl = ttl  # how long a created pod may be missing from the watch
         self._created: dict[Key, dict[str, tuple[int, float]]] = {}  # pod name -> (attempt, monotonic time)
-        self._deleted: dict[tuple[str, ...], float] = {}
         self._foreign: dict[Key, dict[str, tuple[lifecycle.PodInfo, float]]] = {}
 
     def created(self, key: Key, pod_names: Iterable[str], attempt: int) -> None:
@@ -56,18 +54,6 @@ class Expectations:
             else:
                 pods.append(info)
         return pods
-
-    def delete_due(self, key: tuple[str, ...], window: float, now: Optional[float] = None) -> bool:
-        """False when the same delete (or patch) was sent less than `window` seconds ago: its watch event is on the
-        way. Otherwise records it as sent now."""
-        now = time.monotonic() if now is None else now
-        if now - self._deleted.get(key, -1e9) < window:
-            return False
-        self._deleted[key] = now
-        if len(self._deleted) > 10000:  # old entries are useless once their window passed
-            cutoff = now - 300
-            self._deleted = {k: t for k, t in self._deleted.items() if t > cutoff}
-        return True
 
     def forget(self, key: Key) -> None:
         self._created.pop(key, None)

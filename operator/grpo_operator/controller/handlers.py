@@ -1,4 +1,4 @@
-"""The reconciler (Controller) and its kopf registration: I/O only. Every decision is lifecycle.decide().
+"""The reconciler (Controller): I/O only. Every decision is lifecycle.decide(); kopf's side is registration.py.
 
 How jobs and pods are followed (and why):
   * GRPOJobs through kopf (kopf.on.event: peering, login and the webhook are kopf's too); the handler caches the
@@ -38,9 +38,10 @@ from ..api.status import Phase
 from ..lifecycle import progress as progress_mod
 from ..render import manifests
 from ..rules import validation
-from . import events, kube, podwatch
+from . import events, kube, podwatch, registration
 from . import metrics as opmetrics
 from .expectations import Expectations
+from .ratelimit import RateLimiter
 from .scraper import ProgressScraper
 from .settings import Settings
 from .workqueue import Key, WorkQueue
@@ -48,6 +49,18 @@ from .workqueue import Key, WorkQueue
 log = logging.getLogger("grpo_operator")
 
 VALIDATION_CACHE_SIZE = 1024
+
+# How long before the same request is sent again: decide() repeats it on every pass until the watch shows its effect,
+# which is on the way.
+DELETE_RESEND_SECONDS = 5.0  # a pod delete
+FORCE_DELETE_RESEND_SECONDS = 30.0  # a grace-0 delete of a pod stuck terminating (one ForceDeleted Event per send)
+END_KUEUE_GROUP_RESEND_SECONDS = 5.0  # the retriable-in-group "false" patch that ends a Kueue pod group
+POD_GROUP_EVENT_SECONDS = 300.0  # a PodGroupNotCreated Event: the cause lasts until the CRD or the RBAC is there
+# When to look at a job again:
+POD_GROUP_RETRY_SECONDS = 30.0  # a PodGroup could not be created
+BEING_DELETED_RETRY_SECONDS = 0.5  # a create conflicted with an object of ours that was being deleted
+FOREIGN_RETRY_SECONDS = 0.2  # a create conflicted with an object owned by something else: report it soon
+REQUEUE_SLACK_SECONDS = 0.05  # after decide()'s requeue_after, so that the timer it waits for has passed
 
 
 def _rv(body: Any) -> Optional[int]:
@@ -94,6 +107,13 @@ def job_key_of_pod(meta: Any) -> Optional[str]:
     return (meta.get("labels") or {}).get(manifests.LABEL_JOB)
 
 
+def _count_restart(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """grpo_restarts_total{reason}: once per restart, when the status write that records it goes out."""
+    new_restarts = int(new.get("restarts") or 0)
+    if new.get("phase") == Phase.RESTARTING and new_restarts > int(old.get("restarts") or 0):
+        opmetrics.RESTARTS.labels(reason=str(new.get("lastFailureReason") or "Unknown")).inc()
+
+
 class Controller:
     """Per-operator state: the job cache, the pod index, expectations and the reconcile tasks."""
 
@@ -113,6 +133,10 @@ class Controller:
         self.progress = ProgressScraper(config.progress_interval, self.jobs, self._endpoints, self.kick,
                                         self.kick_later)
         self.events = events.EventRecorder(self._send_event)
+        self.deletes = RateLimiter(DELETE_RESEND_SECONDS)
+        self.force_deletes = RateLimiter(FORCE_DELETE_RESEND_SECONDS)
+        self.group_ends = RateLimiter(END_KUEUE_GROUP_RESEND_SECONDS)
+        self.pod_group_events = RateLimiter(POD_GROUP_EVENT_SECONDS)
         self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0}
 
     def __copy__(self) -> Controller:
@@ -200,82 +224,92 @@ class Controller:
 
     # ------------------------------------------------------------------ reconcile
     async def reconcile(self, key: Key) -> None:
+        """One pass for one job: decide, then write the status, send the deletes, create (in that order)."""
         body = self.jobs.get(key)
         if body is None or self.kube is None or self.pods is None or not self.pods.synced:
             return  # every job is kicked once the pods are listed
         self.stats["reconciles"] += 1
-        ns, name = key
-        meta = body.get("metadata") or {}
-        uid = meta.get("uid", "")
+        uid = (body.get("metadata") or {}).get("uid", "")
         res = self._validate(key, body)
         view = lifecycle.JobView.from_body(body, res)
         pods = self.observed_pods(key, uid)
         dec = lifecycle.decide(view, pods, lifecycle.now_utc(), self.config.policy)
         k = self.kube
-
-        # 1. status first when the decision deletes anything: a gang restart must never run on an unrecorded
-        #    decision. Creations carry their attempt in the pods themselves, so they may go in parallel.
+        # Status first when the decision deletes anything: a gang restart must never run on an unrecorded decision.
+        # Creations carry their attempt in the pods themselves, so they may go alongside the status write.
         creating = bool(dec.create_pods and dec.create_attempt is not None)
-        destructive = bool(dec.delete_pods or dec.delete_job)
-        create_task = None
-        if creating and not destructive:
-            create_task = asyncio.get_running_loop().create_task(
-                self._create(key, body, res, dec.create_attempt, dec.create_pods,  # type: ignore[arg-type]
-                             dec.kueue_group))
-            creating = False
+        create_first = creating and not (dec.delete_pods or dec.delete_job)
+        create_task = asyncio.get_running_loop().create_task(self._create_decided(key, body, res, dec)) \
+            if create_first else None
         try:
-            if dec.status is not None:
-                old = lifecycle.clean_status(view.status)
-                carried = self.progress.carry(key, old, dec.status)
-                patch = progress_mod.fix_progress_patch(lifecycle.status_patch(old, dec.status), old)
-                if patch:
-                    try:
-                        async with self._sem:
-                            resp = await k.patch_status("GRPOJob", ns, name, patch)
-                    except kube.NotFound:
-                        self.forget(key)
-                        return
-                    self.stats["status_writes"] += 1
-                    carried = carried and "progress" in patch
-                    opmetrics.STATUS_WRITES.labels(progress="true" if carried else "false").inc()
-                    if carried:
-                        self.progress.written(key)
-                    new_restarts = int(dec.status.get("restarts") or 0)
-                    if dec.status.get("phase") == Phase.RESTARTING and new_restarts > int(old.get("restarts") or 0):
-                        opmetrics.RESTARTS.labels(reason=str(dec.status.get("lastFailureReason") or "Unknown")).inc()
-                    if isinstance(resp, dict) and (resp.get("metadata") or {}).get("uid") == uid:
-                        self.observe_job(resp)
+            job_exists = await self._write_status(key, view, dec, uid)
         finally:
             if create_task is not None:
                 await create_task
-        # 2. events (best effort)
-        for ev in dec.events:
-            self.events.record(body, ev)
-        # 3. deletions
-        if dec.delete_job:
-            await k.delete("GRPOJob", ns, name, propagation="Background", uid=uid)
+        if not job_exists:
             return
+        for ev in dec.events:  # best effort, sent in the background
+            self.events.record(body, ev)
+        if dec.delete_job:
+            await k.delete("GRPOJob", key[0], key[1], propagation="Background", uid=uid)
+            return
+        await self._send_deletes(key, body, dec, pods)
+        if creating and not create_first:
+            await self._create_decided(key, body, res, dec)
+        if dec.requeue_after is not None:
+            self.kick_later(key, dec.requeue_after + REQUEUE_SLACK_SECONDS)
+
+    async def _write_status(self, key: Key, view: lifecycle.JobView, dec: lifecycle.Decision, uid: str) -> bool:
+        """The decided status as a merge patch of what differs (no write when nothing does); False: the job is gone."""
+        if dec.status is None:
+            return True
+        assert self.kube is not None
+        old = lifecycle.clean_status(view.status)
+        carried = self.progress.carry(key, old, dec.status)
+        patch = progress_mod.fix_progress_patch(lifecycle.status_patch(old, dec.status), old)
+        if not patch:
+            return True
+        try:
+            async with self._sem:
+                resp = await self.kube.patch_status("GRPOJob", key[0], key[1], patch)
+        except kube.NotFound:
+            self.forget(key)
+            return False
+        self.stats["status_writes"] += 1
+        carried = carried and "progress" in patch
+        opmetrics.STATUS_WRITES.labels(progress="true" if carried else "false").inc()
+        if carried:
+            self.progress.written(key)
+        _count_restart(old, dec.status)
+        if isinstance(resp, dict) and (resp.get("metadata") or {}).get("uid") == uid:
+            self.observe_job(resp)
+        return True
+
+    async def _send_deletes(self, key: Key, body: dict[str, Any], dec: lifecycle.Decision,
+                            pods: list[lifecycle.PodInfo]) -> None:
+        """Pod deletes (with uid preconditions), force deletes, ends of Kueue groups: each at most once per its window,
+        in parallel."""
+        ns = key[0]
         uids = {p.name: p.uid for p in pods}
         now = time.monotonic()
-        dels = []
+        sends = []
         for pod in dec.delete_pods:
-            if self.expectations.delete_due((ns, pod), 5.0, now):
-                dels.append(self._delete_pod(ns, pod, uids.get(pod)))
+            if self.deletes.allow((ns, pod), now):
+                sends.append(self._delete_pod(ns, pod, uids.get(pod)))
         for pod, why in dec.force_delete_pods:  # decide() repeats these until the pod is gone: one event per send
-            if self.expectations.delete_due((ns, pod, "force"), 30.0, now):
+            if self.force_deletes.allow((ns, pod), now):
                 self.events.record(body, lifecycle.JobEvent("Warning", "ForceDeleted", why))
-                dels.append(self._delete_pod(ns, pod, uids.get(pod), grace_seconds=0))
+                sends.append(self._delete_pod(ns, pod, uids.get(pod), grace_seconds=0))
         for pod in dec.end_kueue_groups:  # decide() repeats these until the pods show the annotation
-            if self.expectations.delete_due((ns, pod, "unretriable"), 5.0, now):
-                dels.append(self._end_kueue_group(ns, pod))
-        if dels:
-            await asyncio.gather(*dels)
-        # 4. creations
-        if creating:
-            await self._create(key, body, res, dec.create_attempt, dec.create_pods,  # type: ignore[arg-type]
-                               dec.kueue_group)
-        if dec.requeue_after is not None:
-            self.kick_later(key, dec.requeue_after + 0.05)
+            if self.group_ends.allow((ns, pod), now):
+                sends.append(self._end_kueue_group(ns, pod))
+        if sends:
+            await asyncio.gather(*sends)
+
+    async def _create_decided(self, key: Key, body: dict[str, Any], res: validation.ValidationResult,
+                              dec: lifecycle.Decision) -> None:
+        await self._create(key, body, res, dec.create_attempt, dec.create_pods,  # type: ignore[arg-type]
+                           dec.kueue_group)
 
     async def _delete_pod(self, ns: str, name: str, uid: Optional[str], grace_seconds: Optional[int] = None) -> None:
         assert self.kube is not None
@@ -346,15 +380,15 @@ class Controller:
                    f"{exc.reason}): install the scheduler's PodGroup CRD and grant the operator podgroups "
                    f"(chart: rbac.podGroups=true); the pods are created once it exists")
             log.warning("%s/%s: %s", ns, key[1], why)
-            if job is not None and self.expectations.delete_due((ns, name, "pod-group-event"), 300.0):
+            if job is not None and self.pod_group_events.allow((ns, name)):
                 self.events.record(job, lifecycle.JobEvent("Warning", "PodGroupNotCreated", why))
-            self.kick_later(key, 30.0)
+            self.kick_later(key, POD_GROUP_RETRY_SECONDS)
             return False
         try:
             async with self._sem:
                 existing = await self.kube.get(kind, ns, name, api_version=obj.get("apiVersion"))
         except kube.NotFound:
-            self.kick_later(key, 0.5)  # it was being deleted; try again
+            self.kick_later(key, BEING_DELETED_RETRY_SECONDS)  # it was being deleted; try again
             return False
         emeta = existing.get("metadata") or {}
         owners = [r for r in emeta.get("ownerReferences") or [] if r.get("controller")]
@@ -366,7 +400,7 @@ class Controller:
                                  owner_kind=(owners[0].get("kind") if owners else None))
         self.expectations.foreign(key, name, info)
         log.warning("%s %s/%s exists and is not owned by GRPOJob %s", kind, ns, name, key[1])
-        self.kick_later(key, 0.2)
+        self.kick_later(key, FOREIGN_RETRY_SECONDS)
         return False
 
     async def _send_event(self, namespace: str, event: dict[str, Any]) -> None:
@@ -374,98 +408,15 @@ class Controller:
             await self.kube.post_event(namespace, event)
 
 
-async def _login(**kwargs: Any) -> Any:
-    info = None
-    try:
-        info = kopf.login_with_service_account(**kwargs)
-    except Exception:
-        info = None
-    if info is None:
-        info = kopf.login_with_kubeconfig(**kwargs)
-    return info
-
-
-def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
-    """Register the controller's handlers (and the login) on a fresh registry."""
-    cfg = controller.config
-
-    @kopf.on.login(registry=registry)
-    async def login(**kwargs: Any) -> Any:
-        info = await _login(**kwargs)
-        if info is not None:
-            if controller.kube is not None:
-                await controller.kube.close()
-            controller.kube = kube.Kube(info, relogin=lambda: _login(logger=log), limit=cfg.max_concurrent_writes)
-        return info
-
-    @kopf.on.cleanup(registry=registry)
-    async def cleanup(**_: Any) -> None:
-        await controller.close()
-
-    if not cfg.controller:
-        return
-    @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
-    async def job_event(event: Any, body: Any, **_: Any) -> None:
-        controller.ensure_background()
-        # The decoded event is kopf's and is never modified after the event (by kopf or by us): keep it as it is
-        # (observe_job drops managedFields) instead of deep-copying ~1000 objects per burst.
-        raw = dict(body)
-        meta = raw.get("metadata") or {}
-        key = (meta.get("namespace", ""), meta.get("name", ""))
-        if event.get("type") == "DELETED":
-            await controller.end_kueue_groups_of_deleted_job(key, raw)
-            controller.forget(key)
-            return
-        controller.observe_job(raw)
-        controller.kick(key)
-
-
-class NoDiffBase(kopf.DiffBaseStorage):
-    """kopf deep-copies every object on every event to diff it for on.create/on.update handlers. We register
-    none (event handlers + indices only), so the diff is never read: skipping it saves CPU (measured:
-    docs/performance.md, "operator"). Nothing is stored on the objects either."""
-
-    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
-        return {}
-
-    def fetch(self, *, body: Any) -> Any:
-        return None
-
-    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
-        return None
-
-
-def settings_for(cfg: Settings) -> kopf.OperatorSettings:
-    settings = kopf.OperatorSettings()
-    settings.persistence.diffbase_storage = NoDiffBase()
-    settings.scanning.disabled = not cfg.scanning
-    settings.posting.level = logging.WARNING
-    # kopf keeps a worker (task, queue, latest body) per object for idle_timeout after its last event (default 5 s):
-    # in a burst of 1000 jobs that is thousands of live workers, a peak the process never gives back. Our event
-    # handlers only kick the reconciler, so a worker has nothing to wait for.
-    settings.queueing.idle_timeout = 0.5
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
-    settings.networking.request_timeout = 60
-    settings.persistence.finalizer = "grpo.dev/finalizer"  # only used if a handler ever needs one (none does)
-    if cfg.webhook_listen:
-        from ..webhook import server as webhook
-
-        addr, port = opmetrics.parse_listen(cfg.webhook_listen)
-        settings.admission.server = webhook.server(addr, port, cfg.webhook_host, cfg.webhook_cert_dir,
-                                                   cfg.webhook_service)
-        if cfg.webhook_manage:
-            settings.admission.managed = cfg.webhook_config_name
-    return settings
-
-
 def build(cfg: Settings) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, Controller]:
+    """The operator: a kopf registry with the controller's handlers (and the webhook's), kopf's settings, and the
+    controller."""
     registry = kopf.OperatorRegistry()
     controller = Controller(cfg)
     opmetrics.track_jobs(lambda: list(controller.jobs.values()))
-    register(registry, controller)
+    registration.register(registry, controller)
     if cfg.webhook_listen:
         from ..webhook import server as webhook
 
         webhook.register(registry, opmetrics.count_review)
-    return registry, settings_for(cfg), controller
+    return registry, registration.settings_for(cfg), controller

@@ -1,0 +1,118 @@
+"""kopf's side of the operator: the login, the GRPOJob event handler that feeds the controller, and kopf's settings.
+
+The handler only caches the job and kicks its reconciler (handlers.Controller); kopf keeps no state in the objects
+(no annotations, no finalizers, no diff base).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional, Protocol
+
+import kopf
+
+from .. import api
+from . import kube
+from . import metrics as opmetrics
+from .settings import Settings
+
+log = logging.getLogger("grpo_operator")
+
+
+class ControllerLike(Protocol):
+    """What the handlers use of handlers.Controller (which imports this module, so it is not imported here)."""
+
+    config: Settings
+    kube: Optional[kube.Kube]
+
+    def ensure_background(self) -> None: ...
+    async def close(self) -> None: ...
+    async def end_kueue_groups_of_deleted_job(self, key: tuple[str, str], body: dict[str, Any]) -> None: ...
+    def forget(self, key: tuple[str, str]) -> None: ...
+    def observe_job(self, body: dict[str, Any]) -> tuple[str, str]: ...
+    def kick(self, key: tuple[str, str]) -> None: ...
+
+
+async def _login(**kwargs: Any) -> Any:
+    info = None
+    try:
+        info = kopf.login_with_service_account(**kwargs)
+    except Exception:
+        info = None
+    if info is None:
+        info = kopf.login_with_kubeconfig(**kwargs)
+    return info
+
+
+def register(registry: kopf.OperatorRegistry, controller: ControllerLike) -> None:
+    """Register the controller's handlers (and the login) on a fresh registry."""
+    cfg = controller.config
+
+    @kopf.on.login(registry=registry)
+    async def login(**kwargs: Any) -> Any:
+        info = await _login(**kwargs)
+        if info is not None:
+            if controller.kube is not None:
+                await controller.kube.close()
+            controller.kube = kube.Kube(info, relogin=lambda: _login(logger=log), limit=cfg.max_concurrent_writes)
+        return info
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        await controller.close()
+
+    if not cfg.controller:
+        return
+    @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
+    async def job_event(event: Any, body: Any, **_: Any) -> None:
+        controller.ensure_background()
+        # The decoded event is kopf's and is never modified after the event (by kopf or by us): keep it as it is
+        # (observe_job drops managedFields) instead of deep-copying ~1000 objects per burst.
+        raw = dict(body)
+        meta = raw.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if event.get("type") == "DELETED":
+            await controller.end_kueue_groups_of_deleted_job(key, raw)
+            controller.forget(key)
+            return
+        controller.observe_job(raw)
+        controller.kick(key)
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf deep-copies every object on every event to diff it for on.create/on.update handlers. We register
+    none (event handlers + indices only), so the diff is never read: skipping it saves CPU (measured:
+    docs/performance.md, "operator"). Nothing is stored on the objects either."""
+
+    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        return {}
+
+    def fetch(self, *, body: Any) -> Any:
+        return None
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        return None
+
+
+def settings_for(cfg: Settings) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.persistence.diffbase_storage = NoDiffBase()
+    settings.scanning.disabled = not cfg.scanning
+    settings.posting.level = logging.WARNING
+    # kopf keeps a worker (task, queue, latest body) per object for idle_timeout after its last event (default 5 s):
+    # in a burst of 1000 jobs that is thousands of live workers, a peak the process never gives back. Our event
+    # handlers only kick the reconciler, so a worker has nothing to wait for.
+    settings.queueing.idle_timeout = 0.5
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+    settings.persistence.finalizer = "grpo.dev/finalizer"  # only used if a handler ever needs one (none does)
+    if cfg.webhook_listen:
+        from ..webhook import server as webhook
+
+        addr, port = opmetrics.parse_listen(cfg.webhook_listen)
+        settings.admission.server = webhook.server(addr, port, cfg.webhook_host, cfg.webhook_cert_dir,
+                                                   cfg.webhook_service)
+        if cfg.webhook_manage:
+            settings.admission.managed = cfg.webhook_config_name
+    return settings
