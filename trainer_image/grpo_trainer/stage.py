@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import functools
 import hashlib
 import json
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .contract import STAGE_PREFIX
 from .exitcodes import CONFIG, HUB_DENIED, HUB_NOT_FOUND, TRANSIENT_IO, TrainerError
@@ -70,8 +72,8 @@ def plan(doc: dict[str, Any]) -> list[Item]:
     """What the job loads from the Hub, from the trainer config JSON (docs/trainer-config.md)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("model"), str) or not isinstance(doc.get("dataset"), dict):
         raise TrainerError(CONFIG, "the trainer config needs 'model' (a string) and 'dataset' (an object)")
-    training = doc.get("training") if isinstance(doc.get("training"), dict) else {}
-    init = training.get("model_init_kwargs") if isinstance(training.get("model_init_kwargs"), dict) else {}
+    training: dict[str, Any] = doc["training"] if isinstance(doc.get("training"), dict) else {}
+    init: dict[str, Any] = training["model_init_kwargs"] if isinstance(training.get("model_init_kwargs"), dict) else {}
     revision = str(init.get("revision") or "main")
     trust = bool(training.get("trust_remote_code") or init.get("trust_remote_code"))
     items: list[Item] = []
@@ -259,7 +261,7 @@ def with_retries(fn: Callable[[], dict[str, Any]], item: Item, *, attempts: int,
             return fn()
         except TrainerError:
             raise
-        except Exception as e:  # noqa: BLE001 - every failure is classified: permanent, or retried
+        except Exception as e:
             known = classify(e, item)
             if known is not None:
                 raise known from None
@@ -283,7 +285,7 @@ def stage_all(items: list[Item], hf_home: Path, *, attempts: int = 5, backoff: f
             emit({"event": "cached", "item": item.label})
             continue
         fn = stage_model if item.kind == "model" else stage_dataset
-        rec = with_retries(lambda fn=fn, item=item: fn(item, hf_home), item, attempts=attempts, backoff=backoff)
+        rec = with_retries(functools.partial(fn, item, hf_home), item, attempts=attempts, backoff=backoff)
         _write_marker(hf_home, item, rec)
         total_bytes += int(rec.get("bytes") or 0)
         staged.append(item.label)
