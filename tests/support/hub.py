@@ -152,10 +152,10 @@ class HubEmulator:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _take_fault(self, path: str) -> Fault | None:
+    def _take_fault(self, method: str, path: str) -> Fault | None:
         with self._lock:
             for f in self.faults:
-                if f.times > 0 and f.substring in path:
+                if f.times > 0 and f.substring in path and (f.status or method == "GET"):  # cuts: bodies only
                     f.times -= 1
                     return f
         return None
@@ -223,7 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, body: bool) -> None:
         parsed = urllib.parse.urlsplit(self.path)
         path = urllib.parse.unquote(parsed.path)
-        fault = self.hub._take_fault(path)
+        fault = self.hub._take_fault(self.command, path)
         if fault is not None and fault.status:
             self._error(fault.status, fault.error_code, body)
             return
@@ -298,7 +298,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = 206
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
         chunk = data[start:]
-        if fault is not None and not fault.status and body:  # a connection cut mid-file
+        if fault is not None and not fault.status:  # a connection cut mid-file
             self.send_response(status)
             for k, v in {**headers, "Content-Length": str(len(chunk))}.items():
                 self.send_header(k, v)
