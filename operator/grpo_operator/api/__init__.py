@@ -27,6 +27,7 @@ from .models import (  # noqa: F401 — the package's public surface
     SINGULAR,
     VERSION,
     BatchStatus,
+    CacheSpec,
     Condition,
     DatasetSpec,
     EnvVar,
