@@ -14,7 +14,10 @@ from grpo_operator.rules import validation
 from grpo_trainer import contract
 
 
-def job_doc(cache_spec: dict | None = {"volumeClaimName": "hf-cache", "subPath": "hub"}, *, model="org/tiny",
+CACHE = {"volumeClaimName": "hf-cache", "subPath": "hub"}
+
+
+def job_doc(cache_spec: dict | None = CACHE, *, model="org/tiny",
             dataset="org/data", mode="none") -> dict:
     spec = {"model": model, "dataset": {"name": dataset}, "rewards": [{"name": "accuracy"}],
             "vllm": {"mode": mode}, "hfTokenSecretRef": {"name": "hf", "key": "token"},
@@ -23,7 +26,7 @@ def job_doc(cache_spec: dict | None = {"volumeClaimName": "hf-cache", "subPath":
     if mode == "server":
         spec["resources"] = {"limits": {"nvidia.com/gpu": 1}}
     if cache_spec is not None:
-        spec["cache"] = cache_spec
+        spec["cache"] = dict(cache_spec)
     return {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "job"}, "spec": spec}
 
 
