@@ -13,7 +13,6 @@ from grpo_operator.render import cache, initializer, manifests
 from grpo_operator.rules import validation
 from grpo_trainer import contract
 
-
 CACHE = {"volumeClaimName": "hf-cache", "subPath": "hub"}
 
 
