@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from ..render import manifests
 from ..rules import batch, validation
-from . import documents
+from . import documents, local_stage
 
 PROGRESS = "GRPO_PROGRESS "
 RESULT = "GRPO_RESULT "
@@ -162,9 +162,17 @@ def main(args) -> int:
     config_path = workdir / "config.json"
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
 
+    stage_env: dict[str, str] = {}
+    cache_dir = local_stage.cache_dir_for(job, getattr(args, "cache_dir", None))
+    if cache_dir is not None:  # spec.cache: stage first, as the initializer pod does, then train offline
+        code, stage_env = local_stage.stage(job, config_path, cache_dir)
+        if code != 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+            return code
+
     argv = manifests.torchrun_argv(1, nproc, f"127.0.0.1:{_free_port()}", f"local-{os.getpid()}", str(config_path))
     argv[0] = sys.executable  # the launcher runs with this interpreter (the pod's is the image's python)
-    env = dict(os.environ)
+    env = {**os.environ, **stage_env}
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(nproc, 1))))
     log_path = Path(output_dir) / "train.log"

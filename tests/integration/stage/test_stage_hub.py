@@ -76,7 +76,10 @@ def test_stage_then_trainer_loads_offline_and_a_second_run_downloads_nothing(hub
              "tok = data.load_tokenizer('org/tiny'); m = data.load_model('org/tiny')\n"
              "ds = data.load_dataset(DatasetSpec(name='org/data', split='train'))\n"
              "print(json.dumps({'rows': len(ds), 'chat': data.has_chat_template(tok), 'params': m.num_parameters()}))")
-    env = _env(hub, tmp_path / "hf-home", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    # the pods' layout (render/cache.py): HF_HOME elsewhere, the Hub cache and the datasets cache from the claim
+    home = tmp_path / "hf-home"
+    env = _env(hub, tmp_path / "pod-home", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               HF_HUB_CACHE=str(home / "hub"), HF_DATASETS_CACHE=str(home / "datasets"))
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -180,3 +183,33 @@ def test_reward_models_are_staged(hub, tmp_path):
     assert code == 0, err
     assert records[-1]["staged"] == ["model org/tiny@main", "model org/reward@main"]
     assert "model.safetensors" in _got(hub, "/org/reward/resolve/")
+
+
+def test_run_local_with_spec_cache_stages_then_trains_offline(hub, tmp_path):
+    """`grpojob run --local` with spec.cache: the stage step fetches from the emulator, the trainers read the cache
+    offline (no request while training), and a second run downloads nothing."""
+    import yaml
+
+    job = {"apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob", "metadata": {"name": "cached"},
+           "spec": {"model": "org/tiny", "dataset": {"name": "org/data", "promptColumn": "question",
+                                                     "answerColumn": "answer"},
+                    "rewards": [{"name": "accuracy"}], "nprocPerNode": 1, "cache": {"volumeClaimName": "hf-cache"},
+                    "training": {"perDeviceTrainBatchSize": 2, "numGenerations": 2, "maxSteps": 1,
+                                 "maxCompletionLength": 8, "reportTo": "none", "saveSteps": 10, "loggingSteps": 1}}}
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(yaml.safe_dump(job))
+    env = _env(hub, tmp_path / "user-hf-home", PYTHONPATH=f"{REPO / 'operator'}:{REPO / 'trainer_image'}",
+               OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "grpo_operator.cli.grpojob", "run", "--local", str(spec_file), "--no-progress",
+           "--cache-dir", str(tmp_path / "cache"), "--output-dir", str(tmp_path / "out"), "--timeout", "600"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=700, env=env)
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert "grpojob: staged 2, already cached 0" in p.stderr
+    downloads = len(hub.requests())
+    assert downloads > 0 and hub.requests("GET", "model.safetensors")
+    hub.clear_log()
+    p = subprocess.run(cmd[:-4] + ["--output-dir", str(tmp_path / "out2"), "--timeout", "600"], capture_output=True,
+                       text=True, timeout=700, env=env)
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert "grpojob: staged 0, already cached 2" in p.stderr
+    assert hub.requests() == []  # neither the stage step nor the offline trainers reached the Hub
