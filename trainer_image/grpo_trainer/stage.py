@@ -64,8 +64,9 @@ class Item:
 
 
 def is_local(ref: str) -> bool:
-    """A path inside the pod (or on this machine), not a Hub id: the trainer's own rule (data.py)."""
-    return ref.startswith(("/", "./", "../", "~")) or os.path.exists(ref)
+    """A path inside the pod (or on this machine), not a Hub id: the trainer's own rule (data.py), and, as the
+    operator's render/cache.py reads it, more than one '/' (a Hub id is at most namespace/name)."""
+    return ref.startswith(("/", "./", "../", "~")) or ref.count("/") > 1 or os.path.exists(ref)
 
 
 def plan(doc: dict[str, Any]) -> list[Item]:

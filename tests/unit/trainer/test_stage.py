@@ -28,6 +28,7 @@ def test_plan_reads_revision_trust_config_split_and_reward_models():
 def test_local_paths_are_not_staged():
     assert stage.plan(doc(model=str(TINY_MODEL), dataset=str(TINY_DATA))) == []
     assert stage.plan(doc(model="/models/missing", dataset="./data.jsonl")) == []
+    assert stage.plan(doc(model="examples/missing/model", dataset="a/b/c.jsonl")) == []
 
 
 def test_plan_refuses_a_config_without_model():
