@@ -26,6 +26,7 @@ ANNOTATION_ATTEMPT = "grpo.dev/attempt"  # the same key as an annotation: what t
 ANNOTATION_JOB = "grpo.dev/job-full-name"
 ROLE_TRAINER = "trainer"
 ROLE_VLLM = "vllm-server"
+ROLE_INITIALIZER = "initializer"  # the download pod of spec.cache (grpo_trainer/stage.py)
 
 # ---------------------------------------------------------------------------------------------- ports
 C10D_PORT = 29400  # torchrun's rendezvous on the rank-0 pod
@@ -36,6 +37,8 @@ METRICS_PORT_NAME = "metrics"  # the container port's name: where the operator s
 PROGRESS_PREFIX = "GRPO_PROGRESS "  # a progress record on stdout (global rank 0)
 RESULT_PREFIX = "GRPO_RESULT "  # the final record, in the pod's termination message
 TERMINATION_LOG = "/dev/termination-log"
+STAGE_PREFIX = "GRPO_STAGE "  # a staging progress/result record (JSON) on stdout: grpo_trainer/stage.py
+STAGE_MODULE = "grpo_trainer.stage"  # `python -m grpo_trainer.stage --config FILE`: the initializer's command
 TERMINATION_LOG_ENV = "GRPO_TERMINATION_LOG"  # overrides TERMINATION_LOG (tests, local runs)
 
 # ---------------------------------------------------------------------------------------------- exit codes
@@ -50,6 +53,8 @@ BATCH = 13  # TRL's batch arithmetic rejected the spec at this world size (TRL's
 MODEL = 14  # the model or tokenizer cannot be loaded (no such path/repo, bad files)
 CHECKPOINT = 15  # the checkpoint to resume from exists but cannot be loaded
 STORAGE = 16  # the output directory cannot be written (permissions, read-only or full volume)
+HUB_DENIED = 17  # staging: the Hub refused the token (401 gated/private repo without access, 403)
+HUB_NOT_FOUND = 18  # staging: no such repo, revision or file on the Hub (404: a typo in spec.model/dataset)
 
 # Retryable (>=128). 128+N is "killed by signal N" (143 = SIGTERM, 137 = SIGKILL e.g. the OOM killer).
 SIGNAL_BASE = 128
@@ -67,6 +72,8 @@ PERMANENT = {
     MODEL: "model error",
     CHECKPOINT: "checkpoint error",
     STORAGE: "storage error",
+    HUB_DENIED: "hub access denied",
+    HUB_NOT_FOUND: "not found on the hub",
 }
 RETRYABLE = {
     PREEMPTED: "preempted (SIGTERM)",
@@ -84,6 +91,8 @@ EXIT_REASONS = {
     MODEL: "ModelError",
     CHECKPOINT: "CheckpointError",
     STORAGE: "StorageError",
+    HUB_DENIED: "HubAccessDenied",
+    HUB_NOT_FOUND: "HubNotFound",
     PREEMPTED: "Preempted",
     DISTRIBUTED: "DistributedError",
     ACCELERATOR_OOM: "AcceleratorOutOfMemory",

@@ -16,6 +16,8 @@ from .contract import (  # noqa: F401
     CONFIG,
     DATASET,
     DISTRIBUTED,
+    HUB_DENIED,
+    HUB_NOT_FOUND,
     INTERNAL,
     MODEL,
     OK,

@@ -27,6 +27,7 @@ from .models import (
     SINGULAR,
     VERSION,
     BatchStatus,
+    CacheSpec,
     Condition,
     DatasetSpec,
     EnvVar,

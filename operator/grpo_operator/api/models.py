@@ -162,6 +162,20 @@ class OutputSpec(_Model):
     )
 
 
+# A relative path of safe characters; no segment starts with '.', so no '..' (RE2 has no lookahead).
+REL_PATH_PATTERN = r"^[A-Za-z0-9_\-][A-Za-z0-9._\-]*(/[A-Za-z0-9_\-][A-Za-z0-9._\-]*)*$"
+
+
+class CacheSpec(_Model):
+    volumeClaimName: Annotated[str, Field(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN)] = Field(
+        description="Your PersistentVolumeClaim for the Hugging Face cache (ReadWriteMany, or ReadWriteOnce on one "
+        "node). A download pod fills it once per job; trainers and vLLM read it offline (docs/cache.md)."
+    )
+    subPath: Optional[Annotated[str, Field(min_length=1, max_length=1024, pattern=REL_PATH_PATTERN)]] = Field(
+        default=None, description="Folder inside the claim to use as the cache (relative, no '..'); default: its root."
+    )
+
+
 class RunPolicy(_Model):
     backoffLimit: Annotated[StrictInt, Field(ge=0, le=1000)] = Field(
         default=3, description="Gang restarts after retryable failures before the job fails."
@@ -355,6 +369,10 @@ class GRPOJobSpec(_Model):
     template: PodTemplate = Field(default_factory=PodTemplate, description="Overrides for the trainer pods.")
     scheduling: Optional[SchedulingSpec] = Field(
         default=None, description="Gang scheduling with a PodGroup (coscheduling or Volcano); see docs/scheduling.md."
+    )
+    cache: Optional[CacheSpec] = Field(
+        default=None, description="Stage the model, reward models and dataset once onto a shared volume: a download "
+        "pod fills it, trainers and vLLM read it offline, restarts download nothing (docs/cache.md)."
     )
 
     @field_validator("training", mode="before")

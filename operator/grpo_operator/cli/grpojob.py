@@ -177,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--nproc", type=int, default=None, help="processes (default: local GPUs, else the spec's)")
     run.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
     run.add_argument("--no-progress", action="store_true", help="plain log output instead of a progress bar")
+    run.add_argument("--cache-dir", default=None,
+                     help="stage the job's Hub model and dataset into this folder first and train offline from it "
+                          "(default with spec.cache: ~/.cache/grpojob/hf-cache; docs/cache.md)")
     run.set_defaults(func=cmd_run)
 
     k = sub.add_parser("crd", help="print the GRPOJob CustomResourceDefinition")

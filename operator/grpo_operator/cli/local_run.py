@@ -28,7 +28,7 @@ from .. import api
 from ..render import manifests
 from ..rules import batch, validation
 from ..rules.topology import Topology
-from . import documents, supervisor
+from . import documents, local_stage, supervisor
 
 
 def _free_port() -> int:
@@ -137,9 +137,16 @@ def main(args: argparse.Namespace) -> int:
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"grpojob-{manifests.names(name).base}-"))
     config_path = _write_config(job, output_dir, workdir)
+    stage_env: dict[str, str] = {}
+    cache_dir = local_stage.cache_dir_for(job, getattr(args, "cache_dir", None))
+    if cache_dir is not None:  # spec.cache: stage first, as the initializer pod does, then train offline
+        code, stage_env = local_stage.stage(job, config_path, cache_dir)
+        if code != 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+            return code
     argv = manifests.torchrun_argv(1, nproc, f"127.0.0.1:{_free_port()}", f"local-{os.getpid()}", str(config_path))
     argv[0] = sys.executable  # the launcher runs with this interpreter (the pod's is the image's python)
-    env = dict(os.environ)
+    env = {**os.environ, **stage_env}
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(nproc, 1))))
     log_path = Path(output_dir) / "train.log"

@@ -16,7 +16,7 @@ from grpo_trainer import contract
 
 from .. import api
 from ..rules import topology
-from . import podgroup
+from . import cache, podgroup
 from .podgroup import parse_quantity
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
@@ -271,6 +271,9 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
     meta["annotations"] = {**_scrape_annotations(metrics_port), **job.spec.template.metadata.annotations,
                            **meta["annotations"], ANNOTATION_ATTEMPT: str(attempt)}
     volumes, mounts = _volumes(job, n, topo, with_config=True)
+    env = _common_env(job, threads=trainer_threads(job.spec.resources, topo)) \
+        + [{"name": "GRPO_NODE_RANK", "value": str(rank)}, {"name": "GRPO_ATTEMPT", "value": str(attempt)}]
+    cache.apply_reader(job, volumes, mounts, env)  # spec.cache: the staged cache, read offline
     rdzv_id = f"{uid or n.base}-{attempt}"
     argv = torchrun_argv(topo.nodes, topo.nproc_per_node, f"{n.pod(0)}.{n.service}:{C10D_PORT}", rdzv_id)
     container = {
@@ -279,8 +282,7 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
         "imagePullPolicy": "IfNotPresent",
         "command": argv[:len(LAUNCHER)],
         "args": argv[len(LAUNCHER):],
-        "env": _common_env(job, threads=trainer_threads(job.spec.resources, topo))
-        + [{"name": "GRPO_NODE_RANK", "value": str(rank)}, {"name": "GRPO_ATTEMPT", "value": str(attempt)}],
+        "env": env,
         "ports": [{"name": "c10d", "containerPort": C10D_PORT, "protocol": "TCP"}]
         + ([{"name": METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"}] if metrics_port else []),
         "resources": _resources(job.spec.resources),
@@ -391,6 +393,10 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
     volumes, mounts = _volumes(job, n, topo if topo.gpu_resource else stopo or topo, with_config=False)
     cpu = not (stopo and stopo.gpu_resource)
     argv = vllm_server_argv(job, gpus, cpu=cpu)
+    # dev mode: TRL's weight-transfer and cache endpoints (what `trl vllm-serve` sets)
+    env = _common_env(job, threads=1) + [{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}] \
+        + (_vllm_cpu_env(spec.vllm.gpuMemoryUtilization, res) if cpu else [])
+    cache.apply_reader(job, volumes, mounts, env)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -406,9 +412,7 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
                 "imagePullPolicy": "IfNotPresent",
                 "command": argv[:1],
                 "args": argv[1:],
-                # dev mode: TRL's weight-transfer and cache endpoints (what `trl vllm-serve` sets)
-                "env": _common_env(job, threads=1) + [{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}]
-                + (_vllm_cpu_env(spec.vllm.gpuMemoryUtilization, res) if cpu else []),
+                "env": env,
                 "ports": [{"name": "http", "containerPort": server.port, "protocol": "TCP"}],
                 "readinessProbe": {"httpGet": {"path": "/health", "port": server.port}, "periodSeconds": 10},
                 "resources": _resources(res),

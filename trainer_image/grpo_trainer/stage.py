@@ -1,0 +1,340 @@
+"""`python -m grpo_trainer.stage --config FILE [--cache-dir DIR]`: stage what a job loads from the Hub into HF_HOME,
+once, so that the trainers and vLLM load it offline (spec.cache, docs/cache.md).
+
+It reads the trainer's own config JSON and stages:
+- the model at its revision (training.model_init_kwargs.revision, default main), only the files loading needs:
+  config/tokenizer/generation files, the weights (safetensors when the repo has them, else .bin), chat templates,
+  and *.py only with training.trust_remote_code;
+- each reward model (rewards[].model), the same way;
+- the dataset at its config and split, with `datasets.load_dataset` itself: an offline `load_dataset(<hub id>)` reads
+  only the datasets (Arrow) cache, never the Hub snapshot, so the trainer's own call must find it there.
+Model/dataset references that are paths (they exist, or start with / ./ ../ ~) are skipped: nothing to download.
+
+A marker per staged item ($HF_HOME/grpo-stage/<key>.json, naming the commit and files) makes a second run exit 0
+at once, with no request to the Hub. Progress: `GRPO_STAGE {json}` lines on stdout (contract.STAGE_PREFIX) with
+bytes and files done/total. Exit codes (contract.py): 0 staged; 17 the Hub refused access (401 gated, 403); 18 no such
+repo/revision/file (404); 202 the Hub failed (5xx, timeout, cut connection) after retries with backoff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import functools
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .contract import STAGE_PREFIX
+from .exitcodes import CONFIG, HUB_DENIED, HUB_NOT_FOUND, TRANSIENT_IO, TrainerError
+
+# What loading a causal LM/tokenizer reads (transformers 5): configs, tokenizers, chat templates, weights.
+BASE_PATTERNS = ("*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja", "tokenizer*")
+SAFETENSORS = ("*.safetensors",)
+PYTORCH_BIN = ("*.bin",)
+CODE = ("*.py",)
+MARKER_DIR = "grpo-stage"
+
+
+@dataclass(frozen=True)
+class Item:
+    kind: str  # "model" or "dataset"
+    repo_id: str
+    revision: str = "main"
+    trust_remote_code: bool = False
+    config: str | None = None  # datasets only
+    split: str = "train"
+
+    @property
+    def key(self) -> str:
+        raw = json.dumps([self.kind, self.repo_id, self.revision, self.trust_remote_code, self.config, self.split])
+        return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+    @property
+    def label(self) -> str:
+        extra = f" config={self.config} split={self.split}" if self.kind == "dataset" else ""
+        return f"{self.kind} {self.repo_id}@{self.revision}{extra}"
+
+
+def is_local(ref: str) -> bool:
+    """A path inside the pod (or on this machine), not a Hub id: the trainer's own rule (data.py), and, as the
+    operator's render/cache.py reads it, more than one '/' (a Hub id is at most namespace/name)."""
+    return ref.startswith(("/", "./", "../", "~")) or ref.count("/") > 1 or os.path.exists(ref)
+
+
+def plan(doc: dict[str, Any]) -> list[Item]:
+    """What the job loads from the Hub, from the trainer config JSON (docs/trainer-config.md)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("model"), str) or not isinstance(doc.get("dataset"), dict):
+        raise TrainerError(CONFIG, "the trainer config needs 'model' (a string) and 'dataset' (an object)")
+    training: dict[str, Any] = doc["training"] if isinstance(doc.get("training"), dict) else {}
+    init: dict[str, Any] = training["model_init_kwargs"] if isinstance(training.get("model_init_kwargs"), dict) else {}
+    revision = str(init.get("revision") or "main")
+    trust = bool(training.get("trust_remote_code") or init.get("trust_remote_code"))
+    items: list[Item] = []
+    if not is_local(doc["model"]):
+        items.append(Item("model", doc["model"], revision, trust))
+    for reward in doc.get("rewards") or []:
+        ref = reward.get("model") if isinstance(reward, dict) else None
+        if isinstance(ref, str) and not is_local(ref) and all(i.repo_id != ref for i in items):
+            items.append(Item("model", ref, "main", trust))
+    ds = doc["dataset"]
+    name = ds.get("name")
+    if not isinstance(name, str):
+        raise TrainerError(CONFIG, "'dataset.name' must be a string in the trainer config")
+    if not is_local(name):
+        items.append(Item("dataset", name, "main", False, ds.get("config"), ds.get("split") or "train"))
+    return items
+
+
+def model_patterns(files: list[str], trust_remote_code: bool) -> list[str]:
+    """allow_patterns for a model repo: safetensors weights when there are any (else .bin), code only if trusted."""
+    patterns = list(BASE_PATTERNS)
+    has_safetensors = any(fnmatch.fnmatch(f, SAFETENSORS[0]) for f in files)
+    patterns += SAFETENSORS if has_safetensors else PYTORCH_BIN
+    if trust_remote_code:
+        patterns += CODE
+    return patterns
+
+
+def selected(files: dict[str, int], patterns: list[str]) -> dict[str, int]:
+    return {f: s for f, s in files.items() if any(fnmatch.fnmatch(f, p) for p in patterns)}
+
+
+# --------------------------------------------------------------------------------------------------- output
+def emit(record: dict[str, Any], out: Callable[[str], None] | None = None) -> None:
+    line = STAGE_PREFIX + json.dumps(record, sort_keys=True)
+    (out or _print)(line)
+
+
+def _print(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+class _Meter:
+    """Prints bytes done/total every `interval` s while a download runs, from the blobs folder's size."""
+
+    def __init__(self, item: Item, folder: Path, total_bytes: int, total_files: int, interval: float = 2.0):
+        self.item, self.folder, self.total_bytes, self.total_files = item, folder, total_bytes, total_files
+        self.interval = interval
+        self.start_bytes = self._size()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _size(self) -> int:
+        blobs = self.folder / "blobs"
+        return sum(p.stat().st_size for p in blobs.iterdir() if p.is_file()) if blobs.is_dir() else 0
+
+    def record(self, files_done: int) -> dict[str, Any]:
+        done = min(self._size(), self.total_bytes) if self.total_bytes else self._size()
+        return {"item": self.item.label, "bytes": done, "totalBytes": self.total_bytes,
+                "files": files_done, "totalFiles": self.total_files}
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            emit({"event": "progress", **self.record(0)})
+
+    def __enter__(self) -> _Meter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# --------------------------------------------------------------------------------------------------- markers
+def _marker(hf_home: Path, item: Item) -> Path:
+    return hf_home / MARKER_DIR / f"{item.key}.json"
+
+
+def already_staged(hf_home: Path, item: Item) -> bool:
+    """The marker exists and every path it lists still exists (a pruned cache stages again)."""
+    try:
+        doc = json.loads(_marker(hf_home, item).read_text())
+    except (OSError, ValueError):
+        return False
+    paths = doc.get("paths") if isinstance(doc, dict) else None
+    return isinstance(paths, list) and bool(paths) and all(os.path.exists(p) for p in paths)
+
+
+def _write_marker(hf_home: Path, item: Item, doc: dict[str, Any]) -> None:
+    path = _marker(hf_home, item)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"item": item.label, **doc}, sort_keys=True))
+    os.replace(tmp, path)  # atomic: a concurrent reader sees the old marker or the new one
+
+
+# --------------------------------------------------------------------------------------------------- staging
+def stage_model(item: Item, hf_home: Path) -> dict[str, Any]:
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.hf_api import RepoFile
+
+    api = HfApi()
+    info = api.model_info(item.repo_id, revision=item.revision)
+    sha = info.sha or item.revision
+    tree = {f.path: int(f.size or 0) for f in api.list_repo_tree(item.repo_id, revision=sha, recursive=True)
+            if isinstance(f, RepoFile)}
+    patterns = model_patterns(list(tree), item.trust_remote_code)
+    files = selected(tree, patterns)
+    folder = hf_home / "hub" / f"models--{item.repo_id.replace('/', '--')}"
+    emit({"event": "start", "item": item.label, "commit": sha, "bytes": 0, "totalBytes": sum(files.values()),
+          "files": 0, "totalFiles": len(files)})
+    with _Meter(item, folder, sum(files.values()), len(files)) as meter:
+        # the revision string the pods use, so refs/<revision> exists for their offline lookup (not only the sha)
+        path = snapshot_download(item.repo_id, revision=item.revision, allow_patterns=sorted(files))
+        rec = meter.record(len(files))
+    return {"commit": sha, "paths": [path], "files": sorted(files), **rec}
+
+
+def stage_dataset(item: Item, hf_home: Path) -> dict[str, Any]:
+    import datasets
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import RepoFile
+
+    info = HfApi().dataset_info(item.repo_id, revision=item.revision)
+    emit({"event": "start", "item": item.label, "commit": info.sha, "bytes": 0, "files": 0})
+    ds = datasets.load_dataset(item.repo_id, item.config, split=item.split)  # the trainer's very call (data.py)
+    paths = sorted({os.path.dirname(f["filename"]) for f in ds.cache_files}) or [str(hf_home / "datasets")]
+    sizes = [int(f.size or 0) for f in HfApi().list_repo_tree(item.repo_id, repo_type="dataset",
+                                                                 revision=info.sha or item.revision, recursive=True)
+             if isinstance(f, RepoFile)]
+    return {"commit": info.sha, "paths": paths, "rows": len(ds), "bytes": sum(sizes), "totalBytes": sum(sizes),
+            "files": len(sizes), "totalFiles": len(sizes)}
+
+
+# --------------------------------------------------------------------------------------------------- errors
+def classify(exc: BaseException, item: Item) -> TrainerError | None:
+    """Permanent Hub answers (401/403 → 17, 404 → 18); None for what is worth retrying (5xx, timeouts, cuts)."""
+    from huggingface_hub import errors as hf
+
+    what = f"{item.label}"
+    if isinstance(exc, hf.GatedRepoError):
+        return TrainerError(HUB_DENIED, f"{what}: the repo is gated and the token has no access (401); accept its "
+                                        "terms on the Hub and set spec.hfTokenSecretRef to a token that has")
+    if isinstance(exc, (hf.RepositoryNotFoundError, hf.RevisionNotFoundError, hf.RemoteEntryNotFoundError)):
+        kind = "revision" if isinstance(exc, hf.RevisionNotFoundError) else "repo"
+        return TrainerError(HUB_NOT_FOUND, f"{what}: no such {kind} on the Hub (404); check the spelling, or give "
+                                           "spec.hfTokenSecretRef for a private repo")
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status in (401, 403):
+        return TrainerError(HUB_DENIED, f"{what}: the Hub refused the token ({status}); check spec.hfTokenSecretRef")
+    if status is not None and 400 <= status < 500 and status not in (408, 429):
+        return TrainerError(HUB_NOT_FOUND if status == 404 else CONFIG, f"{what}: the Hub answered {status}: "
+                                                                         f"{_first(exc)}")
+    ds_not_found = _datasets_not_found(exc)
+    if ds_not_found:
+        return TrainerError(HUB_NOT_FOUND, f"{what}: {ds_not_found}")
+    return None
+
+
+def _datasets_not_found(exc: BaseException) -> str | None:
+    try:
+        from datasets.exceptions import DatasetNotFoundError
+    except ImportError:  # pragma: no cover - datasets is always there in the image
+        return None
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, DatasetNotFoundError):
+            return _first(cause)
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def with_retries(fn: Callable[[], dict[str, Any]], item: Item, *, attempts: int, backoff: float,
+                 sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Run fn; retry transient failures with exponential backoff (backoff, 2×, 4× … capped at 60 s)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except TrainerError:
+            raise
+        except Exception as e:
+            known = classify(e, item)
+            if known is not None:
+                raise known from None
+            if attempt == attempts:
+                raise TrainerError(TRANSIENT_IO, f"{item.label}: the Hub failed {attempts} times, last: "
+                                                 f"{type(e).__name__}: {_first(e)}") from None
+            delay = min(60.0, backoff * 2 ** (attempt - 1))
+            emit({"event": "retry", "item": item.label, "attempt": attempt, "delaySeconds": delay,
+                  "error": f"{type(e).__name__}: {_first(e)}"[:300]})
+            sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def stage_all(items: list[Item], hf_home: Path, *, attempts: int = 5, backoff: float = 2.0) -> dict[str, Any]:
+    """Stage every item not already there; the summary record (what GRPO_STAGE {"event": "done"} prints)."""
+    started = time.monotonic()
+    staged, cached, total_bytes = [], [], 0
+    for item in items:
+        if already_staged(hf_home, item):
+            cached.append(item.label)
+            emit({"event": "cached", "item": item.label})
+            continue
+        fn = stage_model if item.kind == "model" else stage_dataset
+        rec = with_retries(functools.partial(fn, item, hf_home), item, attempts=attempts, backoff=backoff)
+        _write_marker(hf_home, item, rec)
+        total_bytes += int(rec.get("bytes") or 0)
+        staged.append(item.label)
+        emit({"event": "staged", "item": item.label, "commit": rec.get("commit"), "bytes": rec.get("bytes"),
+              "totalBytes": rec.get("totalBytes"), "files": rec.get("files"), "totalFiles": rec.get("totalFiles")})
+    return {"event": "done", "staged": staged, "cached": cached, "bytes": total_bytes,
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+# --------------------------------------------------------------------------------------------------- main
+def _termination_message(line: str) -> None:
+    path = os.environ.get("GRPO_TERMINATION_LOG", "/dev/termination-log")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grpo_trainer.stage", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="the trainer config JSON (docs/trainer-config.md)")
+    parser.add_argument("--cache-dir", help="HF_HOME to stage into (default: $HF_HOME)")
+    ns = parser.parse_args(argv)
+    if ns.cache_dir:
+        os.environ["HF_HOME"] = os.path.abspath(ns.cache_dir)  # before huggingface_hub is imported: read once
+    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ.pop(key, None)  # staging is the one step that reaches the Hub
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # the GRPO_STAGE lines are the progress
+    hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    try:
+        try:
+            with open(ns.config, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            raise TrainerError(CONFIG, f"cannot read the config file {ns.config}: {e}") from None
+        summary = stage_all(plan(doc), hf_home, attempts=int(os.environ.get("GRPO_STAGE_ATTEMPTS", "5")),
+                            backoff=float(os.environ.get("GRPO_STAGE_BACKOFF_SECONDS", "2")))
+    except TrainerError as e:
+        line = e.line().replace("grpo_trainer:", "grpo_trainer.stage:", 1)
+        sys.stderr.write(line + "\n")
+        _termination_message(line)
+        return e.code
+    emit(summary)
+    _termination_message(STAGE_PREFIX + json.dumps(summary, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
