@@ -358,12 +358,8 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
     spec = job.spec
     n = names(job.metadata.name or "")
     server = spec.vllm.server or api.VllmServerSpec()
-    res = server.resources
-    if not res.limits and not res.requests:
-        gpu = topo.gpu_resource or "nvidia.com/gpu"
-        res = api.ResourceRequirements(limits={gpu: spec.vllm.tensorParallelSize})
+    res, gpus, _ = vllm_server.resources(job, topo.gpu_resource)
     stopo, _ = topology.resolve(1, res.limits, res.requests, None)
-    gpus = stopo.gpus_per_node if stopo and stopo.gpu_resource else spec.vllm.tensorParallelSize
     labels = {**spec.template.metadata.labels, **_labels(job, n, "vllm-server")}
     volumes, mounts = _volumes(job, n, topo if topo.gpu_resource else stopo or topo, with_config=False)
     cpu = not (stopo and stopo.gpu_resource)

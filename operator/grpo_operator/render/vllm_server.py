@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from .. import api
+from ..rules import topology
 
 PROBE_PERIOD_SECONDS = 10
 # An engine that errors after start-up answers /health with 503 (vLLM's AsyncLLM.errored): after a minute of that
@@ -86,9 +87,22 @@ def scheduling(job: api.GRPOJob, template_extras: dict[str, Any]) -> dict[str, A
     return out
 
 
-def gpu_summary(job: api.GRPOJob, gpus: int, gpu_resource: str | None) -> str:
+def resources(job: api.GRPOJob, trainer_gpu_resource: str | None) -> tuple[api.ResourceRequirements, int, str | None]:
+    """(the server pod's resources, its GPUs, its GPU resource name or None on CPU). Default: tensorParallelSize GPUs
+    of the trainers' GPU resource."""
+    res = server_spec(job).resources
+    if not res.limits and not res.requests:
+        res = api.ResourceRequirements(limits={trainer_gpu_resource or "nvidia.com/gpu": job.spec.vllm.tensorParallelSize})
+    stopo, _ = topology.resolve(1, res.limits, res.requests, None)
+    if stopo is not None and stopo.gpu_resource:
+        return res, stopo.gpus_per_node, stopo.gpu_resource
+    return res, job.spec.vllm.tensorParallelSize, None
+
+
+def gpu_summary(job: api.GRPOJob, trainer_gpu_resource: str | None) -> str:
     """One line for `grpojob check`: the server's GPUs next to the trainers' (they are not in the world size)."""
     server = server_spec(job)
+    _, gpus, gpu_resource = resources(job, trainer_gpu_resource)
     tp = job.spec.vllm.tensorParallelSize
     if not gpu_resource:
         return (f"vLLM server: 1 pod on CPU (not in the world size), KV cache {server.gpuMemoryUtilization} of its "
