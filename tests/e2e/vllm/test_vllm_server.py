@@ -74,6 +74,26 @@ def test_rendered_server_argv_is_trl_vllm_serve_command():
     assert (config["vllm"]["serverHost"], config["vllm"]["serverPort"]) == ("srv-vllm.default.svc", 8011)
 
 
+def test_sized_server_argv_is_trl_vllm_serve_command_with_its_extra_args():
+    """spec.vllm.server's sizing fields map onto `trl vllm-serve`'s own options, extraArgs onto its extra args."""
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+    from grpo_operator.render import manifests
+    from grpo_operator.rules import validation
+
+    doc = job_doc(8011)
+    doc["spec"]["vllm"]["server"].update(maxModelLen=512, enablePrefixCaching=True, extraArgs=["--max-num-seqs", "8"])
+    res = validation.validate(doc)
+    assert res.valid, res.errors
+    pod = next(o for o in manifests.render(res.job, res.topology, "default")
+               if o["kind"] == "Pod" and o["metadata"]["labels"]["grpo.dev/role"] == "vllm-server")
+    c = pod["spec"]["containers"][0]
+    trl = build_command(ScriptArguments(model=str(TINY_MODEL), port=8011, gpu_memory_utilization=SERVER_UTILIZATION,
+                                        max_model_len=512, enable_prefix_caching=True, enforce_eager=True),
+                        ["--max-num-seqs", "8"])
+    assert c["command"] + c["args"] == ["vllm", *trl[trl.index("serve"):]]
+
+
 def test_extra_args_flags_are_vllm_serve_flags_and_owned_flags_are_the_rendered_ones():
     """spec.vllm.server.extraArgs' table against vLLM 0.31's own `vllm serve` parser and TRL's build_command."""
     from trl.scripts.vllm_serve import ScriptArguments, build_command
