@@ -101,7 +101,7 @@ spec:
   rewards: [{name: accuracy}]
   resources: {limits: {nvidia.com/gpu: 1}}
   training: {perDeviceTrainBatchSize: 16, numGenerations: 4, maxSteps: $STEPS}
-  vllm: {mode: server, gpuMemoryUtilization: 0.3, server: {port: $PORT, resources: {limits: {nvidia.com/gpu: 1}}}}
+  vllm: {mode: server, server: {port: $PORT, gpuMemoryUtilization: 0.3, resources: {limits: {nvidia.com/gpu: 1}}}}
 EOF
 # The exact argv the operator renders for the server pod (only the bind address moved to loopback).
 mapfile -t ARGV < <("$PY" - "$WORK/job.yaml" <<'PY'

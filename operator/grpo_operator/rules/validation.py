@@ -161,16 +161,33 @@ def _vllm_errors(spec: api.GRPOJobSpec, topo: topology.Topology) -> list[FieldEr
         server = spec.vllm.server or api.VllmServerSpec()
         stopo, serrs = topology.resolve(1, server.resources.limits, server.resources.requests, None, "spec.vllm.server")
         errors += [FieldError(e.field, e.message) for e in serrs]
-        if stopo is not None and stopo.gpu_resource is not None:
-            tp = spec.vllm.tensorParallelSize
-            if stopo.gpus_per_node % tp != 0:
-                errors.append(FieldError("spec.vllm.tensorParallelSize",
-                                         f"the vLLM server has {stopo.gpus_per_node} GPUs, which tensorParallelSize "
-                                         f"({tp}) must divide (GPUs = tensor parallel × data parallel)."))
+        if stopo is not None:
+            errors += _server_parallel_errors(spec.vllm.tensorParallelSize, server.dataParallelSize,
+                                              stopo.gpus_per_node if stopo.gpu_resource else 0)
     elif spec.vllm.server is not None:
         errors.append(FieldError("spec.vllm.server", f"spec.vllm.server is only used with mode: server "
                                                     f"(mode is {spec.vllm.mode}); remove it or set mode: server."))
     return errors
+
+
+def _server_parallel_errors(tp: int, dp: Optional[int], gpus: int) -> list[FieldError]:
+    """vLLM 0.31 serves tensor parallel × data parallel engines (internal load balancing) on the pod's GPUs; TRL 1.16's
+    weight transfer spans all of them. A CPU server (gpus 0) runs one engine."""
+    if not gpus:
+        if dp is not None and dp != 1:
+            return [FieldError("spec.vllm.server.dataParallelSize", f"a CPU vLLM server runs one engine: "
+                               f"dataParallelSize must be 1 (got {dp}); give the server GPUs or remove it.")]
+        return []
+    if dp is None:
+        if gpus % tp:
+            return [FieldError("spec.vllm.tensorParallelSize", f"the vLLM server has {gpus} GPUs, which "
+                               f"tensorParallelSize ({tp}) must divide (GPUs = tensor parallel × data parallel).")]
+        return []
+    if tp * dp != gpus:
+        return [FieldError("spec.vllm.server.dataParallelSize", f"tensorParallelSize {tp} × dataParallelSize {dp} = "
+                           f"{tp * dp}, but the vLLM server has {gpus} GPUs: they must be equal (set "
+                           f"spec.vllm.server.resources or dataParallelSize {gpus // tp if gpus % tp == 0 else '…'}).")]
+    return []
 
 
 def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any]) -> list[str]:
@@ -191,6 +208,9 @@ def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any])
         out.append("spec.vllm.mode is server but the trainer pods request no GPU: TRL 1.16 pushes the trained weights "
                    "to the vLLM server over NCCL, which needs CUDA, so the trainer stops at start with a config error "
                    "(exit 10). On CPU use spec.vllm.mode: colocate (or none), or request GPUs in spec.resources.")
+    if spec.vllm.mode == "server" and "gpuMemoryUtilization" in spec.vllm.model_fields_set:
+        out.append("spec.vllm.gpuMemoryUtilization applies to colocate mode only; the server uses "
+                   "spec.vllm.server.gpuMemoryUtilization (default 0.9).")
     if spec.vllm.mode == "colocate" and spec.vllm.gpuMemoryUtilization > 0.7:
         out.append(f"spec.vllm.gpuMemoryUtilization {spec.vllm.gpuMemoryUtilization} leaves little memory for "
                    "training in colocate mode.")

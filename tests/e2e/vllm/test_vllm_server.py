@@ -36,8 +36,9 @@ def job_doc(port: int) -> dict:
             "rewards": [{"name": "accuracy"}, {"name": "length", "weight": 0.5}],
             "training": {"perDeviceTrainBatchSize": 2, "numGenerations": 2, "maxSteps": 2, "maxCompletionLength": 8,
                          "reportTo": "none"},
-            "vllm": {"mode": "server", "gpuMemoryUtilization": SERVER_UTILIZATION,
-                     "server": {"port": port, "resources": {"limits": {"cpu": "2", "memory": "16Gi"}}}},
+            "vllm": {"mode": "server",
+                     "server": {"port": port, "gpuMemoryUtilization": SERVER_UTILIZATION,
+                                "resources": {"limits": {"cpu": "2", "memory": "16Gi"}}}},
         },
     }
 
@@ -71,6 +72,47 @@ def test_rendered_server_argv_is_trl_vllm_serve_command():
     assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8011}
     assert service["spec"]["ports"][0]["port"] == 8011 and service["spec"]["selector"]["grpo.dev/role"] == "vllm-server"
     assert (config["vllm"]["serverHost"], config["vllm"]["serverPort"]) == ("srv-vllm.default.svc", 8011)
+
+
+def test_sized_server_argv_is_trl_vllm_serve_command_with_its_extra_args():
+    """spec.vllm.server's sizing fields map onto `trl vllm-serve`'s own options, extraArgs onto its extra args."""
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+    from grpo_operator.render import manifests
+    from grpo_operator.rules import validation
+
+    doc = job_doc(8011)
+    doc["spec"]["vllm"]["server"].update(maxModelLen=512, enablePrefixCaching=True, extraArgs=["--max-num-seqs", "8"])
+    res = validation.validate(doc)
+    assert res.valid, res.errors
+    pod = next(o for o in manifests.render(res.job, res.topology, "default")
+               if o["kind"] == "Pod" and o["metadata"]["labels"]["grpo.dev/role"] == "vllm-server")
+    c = pod["spec"]["containers"][0]
+    trl = build_command(ScriptArguments(model=str(TINY_MODEL), port=8011, gpu_memory_utilization=SERVER_UTILIZATION,
+                                        max_model_len=512, enable_prefix_caching=True, enforce_eager=True),
+                        ["--max-num-seqs", "8"])
+    assert c["command"] + c["args"] == ["vllm", *trl[trl.index("serve"):]]
+
+
+def test_extra_args_flags_are_vllm_serve_flags_and_owned_flags_are_the_rendered_ones():
+    """spec.vllm.server.extraArgs' table against vLLM 0.31's own `vllm serve` parser and TRL's build_command."""
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from grpo_operator.api import vllm_server
+
+    parser = make_arg_parser(FlexibleArgumentParser())
+    actions = {o: a for a in parser._actions for o in a.option_strings}
+    for flag, takes_value in vllm_server.EXTRA_FLAGS.items():
+        assert flag in actions, f"{flag} is not a vLLM 0.31 `vllm serve` flag"
+        assert (actions[flag].nargs != 0) == takes_value, flag
+    assert set(vllm_server.OWNED_FLAGS) <= set(actions)
+    trl = build_command(ScriptArguments(model="m", max_model_len=8, enable_prefix_caching=True))
+    rendered_flags = {a for a in trl if a.startswith("--")}
+    trl_defaults = set(vllm_server.TRL_SERVE_FLAGS) - {"--enforce-eager", "--trust-remote-code", "--revision",
+                                                      "--distributed-executor-backend", "--speculative-config"}
+    assert rendered_flags - trl_defaults <= set(vllm_server.OWNED_FLAGS)
 
 
 def wait_healthy(proc, url: str, timeout: float) -> float:

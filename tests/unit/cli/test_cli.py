@@ -182,3 +182,18 @@ def test_crd_command_matches_checked_in_file():
     proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "crd"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     assert proc.stdout == (ROOT / "crds" / "grpo.dev_grpojobs.yaml").read_text(), "run: grpojob crd > crds/grpo.dev_grpojobs.yaml"
+
+
+def test_server_mode_example_is_complete_and_check_explains_the_servers_gpus():
+    """examples/vllm-server.yaml uses every spec.vllm.server field but dataParallelSize (derived); `check` prints
+    the server's GPUs next to the trainers' (the JSON entry keeps the fixed contract: no extra keys)."""
+    path = str(ROOT / "examples" / "vllm-server.yaml")
+    server = yaml.safe_load(open(path))["spec"]["vllm"]["server"]
+    from grpo_operator import api
+    assert set(api.VllmServerSpec.model_fields) - set(server) == {"dataParallelSize", "port", "image"}
+    notes: list = []
+    code, entries, _ = cli.check_files([path], notes)
+    assert code == 0 and set(entries[0]) == {"file", "name", "valid", "errors", "batch"}
+    [[line]] = notes
+    assert "trainers: 1 pod(s) × 4 nvidia.com/gpu" in line
+    assert "vLLM server: 1 pod × 2 nvidia.com/gpu (not in the world size) = tensor parallel 2 × data parallel 1" in line

@@ -47,7 +47,7 @@ def test_cpu_server_pod_runs_eager_with_kv_cache_from_its_memory_limit():
     c = server_container(job("server", server_limits={"cpu": "4", "memory": "40Gi"}))
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert "--enforce-eager" in c["args"]
-    assert env["VLLM_CPU_KVCACHE_SPACE"] == "12"  # 0.3 (the default utilisation) × 40 GiB
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "36"  # 0.9 (the server's default utilisation, not colocate's 0.3) × 40 GiB
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_CACHE_ROOT"].startswith("/tmp/")
     no_limit = server_container(job("server", server_limits={"cpu": "4"}))
     assert "VLLM_CPU_KVCACHE_SPACE" not in {e["name"] for e in no_limit["env"]}  # vLLM's own default then
