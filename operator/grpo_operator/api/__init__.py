@@ -5,7 +5,7 @@ field table (trl_fields + data/). Pure: may import pydantic, yaml and the standa
 grpo_operator.
 """
 
-from .models import (  # noqa: F401 — the package's public surface
+from .models import (  # the package's public surface (__all__ below)
     ABS_PATH_PATTERN,
     API_VERSION,
     BUILTIN_REWARDS,
@@ -50,3 +50,13 @@ from .models import (  # noqa: F401 — the package's public surface
     VllmSpec,
     training_kwargs,
 )
+
+__all__ = [
+    "ABS_PATH_PATTERN", "API_VERSION", "BUILTIN_REWARDS", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "ENV_NAME",
+    "FUNCTION_PATTERN", "GROUP", "IMAGE_PATTERN", "INT32_MAX", "INT64_MAX", "KIND", "LABEL_KEY_RE", "LABEL_VALUE",
+    "LABEL_VALUE_RE", "PLURAL", "REF_PATTERN", "SHORT_NAMES", "SINGULAR", "VERSION", "BatchStatus", "Condition",
+    "DatasetSpec", "EnvVar", "GRPOJob", "GRPOJobSpec", "GRPOJobStatus", "K8sObject", "ObjectMeta", "OutputSpec",
+    "PodTemplate", "ProgressStatus", "Quantity", "ResourceRequirements", "RewardSpec", "RunPolicy",
+    "SchedulingSpec", "SecretKeyRef", "TemplateMetadata", "TrainingSpec", "VllmServerSpec", "VllmSpec",
+    "training_kwargs",
+]

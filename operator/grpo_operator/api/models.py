@@ -201,7 +201,8 @@ class TemplateMetadata(_Model):
             if len(k) > 316 or not LABEL_KEY_RE.match(k) or len(k.rsplit("/", 1)[-1]) > 63:
                 raise ValueError(f"label key {k!r} is not a valid Kubernetes label key")
             if not LABEL_VALUE_RE.match(val):
-                raise ValueError(f"label {k}={val!r}: value must be ≤63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric")
+                raise ValueError(f"label {k}={val!r}: value must be ≤63 characters of [A-Za-z0-9-_.], "
+                                 "starting and ending alphanumeric")
         return v
 
     @field_validator("annotations")
@@ -222,15 +223,18 @@ class PodTemplate(_Model):
     tolerations: list[K8sObject] = Field(default_factory=list, description="Pod tolerations (Kubernetes Toleration objects).")
     affinity: Optional[K8sObject] = Field(default=None, description="Pod affinity (a Kubernetes Affinity object).")
     priorityClassName: Optional[Annotated[str, Field(max_length=253)]] = Field(default=None, description="Pod priority class.")
-    schedulerName: Optional[Annotated[str, Field(max_length=253)]] = Field(default=None, description="Scheduler (e.g. a gang scheduler).")
-    serviceAccountName: Optional[Annotated[str, Field(max_length=253)]] = Field(default=None, description="ServiceAccount of the trainer pods.")
+    schedulerName: Optional[Annotated[str, Field(max_length=253)]] = Field(
+        default=None, description="Scheduler (e.g. a gang scheduler).")
+    serviceAccountName: Optional[Annotated[str, Field(max_length=253)]] = Field(
+        default=None, description="ServiceAccount of the trainer pods.")
     runtimeClassName: Optional[Annotated[str, Field(max_length=253)]] = Field(default=None, description="Runtime class.")
     imagePullSecrets: list[K8sObject] = Field(default_factory=list, description="Image pull secrets ({name: …}).")
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables of the trainer container.")
     volumes: list[K8sObject] = Field(default_factory=list, description="Extra pod volumes (Kubernetes Volume objects).")
     volumeMounts: list[K8sObject] = Field(default_factory=list, description="Extra mounts in the trainer container.")
     shmSize: Optional[Quantity] = Field(
-        default=None, description="Size of the /dev/shm emptyDir (NCCL needs more than the container default). Default 16Gi with GPUs."
+        default=None,
+        description="Size of the /dev/shm emptyDir (NCCL needs more than the container default). Default 16Gi with GPUs."
     )
 
 
@@ -275,7 +279,7 @@ def _training_field(f: trl_fields.TrlField) -> tuple[Any, Any]:
     elif kind == "float":
         tp = Annotated[float, Field(allow_inf_nan=False)]
     elif kind == "str":
-        tp = Literal[tuple(f.choices)] if f.choices else StrictStr  # type: ignore[misc]
+        tp = Literal[tuple(f.choices)] if f.choices else StrictStr
     elif kind == "list[str]":
         tp = list[StrictStr]
     elif kind == "list[float]":
@@ -322,7 +326,8 @@ class GRPOJobSpec(_Model):
     rewards: Annotated[list[RewardSpec], Field(min_length=1, max_length=32)] = Field(
         description="Reward functions (at least one): built-ins by name or custom module:function, with weights."
     )
-    nodes: Annotated[StrictInt, Field(ge=1, le=1024)] = Field(default=1, description="Number of nodes (one torchrun pod per node).")
+    nodes: Annotated[StrictInt, Field(ge=1, le=1024)] = Field(
+        default=1, description="Number of nodes (one torchrun pod per node).")
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements,
         description="Per node resources (a standard ResourceRequirements). The GPU count (nvidia.com/gpu, "
@@ -432,8 +437,12 @@ class GRPOJob(BaseModel):
     """A validated job: the parsed spec plus the identity the renderer needs."""
 
     model_config = ConfigDict(extra="allow")
-    apiVersion: Literal["grpo.dev/v1alpha1"] = API_VERSION
-    kind: Literal["GRPOJob"] = KIND
+    apiVersion: Literal["grpo.dev/v1alpha1"] = "grpo.dev/v1alpha1"  # == API_VERSION (asserted below)
+    kind: Literal["GRPOJob"] = "GRPOJob"  # == KIND
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: GRPOJobSpec
     status: Optional[dict[str, Any]] = None
+
+
+# the Literal defaults of GRPOJob spell API_VERSION and KIND out (a Literal cannot name a constant)
+assert (GRPOJob.model_fields["apiVersion"].default, GRPOJob.model_fields["kind"].default) == (API_VERSION, KIND)

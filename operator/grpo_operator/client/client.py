@@ -8,7 +8,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -232,7 +232,7 @@ class GRPOClient:
         body = self.validate_job(job, name, namespace, labels, queue)
         ns, jname = body["metadata"]["namespace"], body["metadata"]["name"]
         try:
-            created = self.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, body)
+            created: Any = self.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, body)
         except ApiException as exc:
             if exc.status == 409:
                 raise JobExists(ns, jname) from None
@@ -253,7 +253,7 @@ class GRPOClient:
 
     def list_jobs(self, namespace: Optional[str] = None, all_namespaces: bool = False,
                   label_selector: Optional[str] = None) -> list[Job]:
-        kw = {"label_selector": label_selector} if label_selector else {}
+        kw: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
         if all_namespaces:
             doc = self._call("list grpojobs", self.custom.list_cluster_custom_object, c.GROUP, c.VERSION, c.PLURAL, **kw)
         else:
@@ -446,7 +446,7 @@ class GRPOClient:
 
     def follow_job_logs(self, name: str, rank: int = 0, follow: bool = False, tail_lines: Optional[int] = None,
                         since_seconds: Optional[int] = None, attempt: Optional[int] = None,
-                        namespace: Optional[str] = None, poll: float = 2.0) -> Iterator[LogLine]:
+                        namespace: Optional[str] = None, poll: float = 2.0) -> Generator[LogLine, None, None]:
         """get_job_logs with each line's rank, attempt, pod and timestamp (LogLine), plus a LogLine of kind
         "attach" each time it starts reading a pod (after a gang restart: the new attempt's)."""
         if isinstance(rank, bool) or not isinstance(rank, int):
@@ -541,7 +541,7 @@ class _PodLogSource:
         if since_seconds is not None:
             kw["since_seconds"] = since_seconds
         try:
-            resp = self.client.core.read_namespaced_pod_log(pod.name, self.namespace, **kw)
+            resp: Any = self.client.core.read_namespaced_pod_log(pod.name, self.namespace, **kw)
         except ApiException as exc:
             if exc.status in (400, 404) and follow:
                 return  # gone or not ready between our look and this call: the follower looks again
