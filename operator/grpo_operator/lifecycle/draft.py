@@ -45,7 +45,8 @@ class JobEvent:
 
 @dataclass
 class Decision:
-    status: Optional[dict[str, Any]]  # the complete desired status (None: do not touch status)
+    # the complete desired status, as written: job_status dumped once (None: do not touch status)
+    status: Optional[dict[str, Any]]
     create_attempt: Optional[int] = None  # attempt number of the pods to create
     create_pods: list[str] = field(default_factory=list)  # pod names to create (from render)
     delete_pods: list[str] = field(default_factory=list)
@@ -60,6 +61,7 @@ class Decision:
     # Kueue: pods to annotate kueue.x-k8s.io/retriable-in-group: "false", which ends their group (Kueue finishes its
     # Workload, releases the quota and removes its finalizers once none of its pods runs)
     end_kueue_groups: list[str] = field(default_factory=list)
+    job_status: Optional[api.GRPOJobStatus] = None  # the typed status (the API's own model)
 
     def requeue(self, seconds: float) -> None:
         seconds = max(seconds, 0.05)

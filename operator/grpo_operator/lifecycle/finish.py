@@ -7,6 +7,7 @@ import datetime as _dt
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
+from .. import api
 from ..api.status import ConditionType, Phase, Reason
 from . import gang
 from .draft import Decision, Draft, JobEvent, Policy, clean_status
@@ -14,10 +15,19 @@ from .pods import PodInfo
 
 
 def finish(draft: Draft) -> Decision:
-    draft.decision.status = clean_status(draft.status)
+    """The status built by the steps as the API's model (api.GRPOJobStatus: the CRD's schema), dumped once."""
+    typed = api.GRPOJobStatus.model_validate(clean_status(draft.status))
+    draft.decision.job_status = typed
+    draft.decision.status = dump_status(typed)
     transition_events(draft.job.status, draft.decision.status, draft.decision)
     force_stuck(draft.pods.ours + draft.pods.stale, draft.now, draft.policy, draft.decision)
     return draft.decision
+
+
+def dump_status(status: api.GRPOJobStatus) -> dict[str, Any]:
+    """A status as the CRD expects it (and the API server stores it): JSON values, fields never set or None left
+    out."""
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
 
 
 def transition_events(old: Mapping[str, Any], new: Mapping[str, Any], decision: Decision) -> None:
