@@ -9,6 +9,7 @@ from .. import api
 from ..api import gang as g
 from ..api.status import ConditionType, Phase
 from ..lifecycle.conditions import parse_time as parse_time  # the one time parser, for the client
+from ..lifecycle.pods import summarize_pod as summarize_pod  # the one pod summary: the client adds what it shows
 from ..render import manifests
 
 GROUP, VERSION, PLURAL, KIND, API_VERSION = api.GROUP, api.VERSION, api.PLURAL, api.KIND, api.API_VERSION

@@ -120,11 +120,12 @@ class NodePod:
     @classmethod
     def from_dict(cls, pod: Mapping[str, Any]) -> NodePod:
         meta, spec, status = _dict(pod.get("metadata")), _dict(pod.get("spec")), _dict(pod.get("status"))
-        labels, annotations = _dict(meta.get("labels")), _dict(meta.get("annotations"))
+        labels = _dict(meta.get("labels"))
+        info = c.summarize_pod(pod)  # the lifecycle's summary; what only the client shows is read below
         attempt = _int(labels.get(c.KEY_ATTEMPT), None)
         if attempt is None:
-            attempt = _int(annotations.get(c.KEY_ATTEMPT), 0) or 0
-        phase = str(status.get("phase") or "Pending")
+            attempt = info.attempt
+        phase = str(info.phase)
         gates = spec.get("schedulingGates") or []
         started, exit_code, detail = False, None, ""
         statuses = status.get("containerStatuses") or []
@@ -135,7 +136,7 @@ class NodePod:
             started = True
         term = _dict(state.get("terminated"))
         if term:
-            exit_code = _int(term.get("exitCode"))
+            exit_code = info.exit_code if info.exit_code is not None else _int(term.get("exitCode"))
             detail = f"{term.get('reason') or 'Terminated'}, exit {exit_code}"
         elif _dict(state.get("waiting")).get("reason") not in (None, "ContainerCreating", "PodInitializing"):
             detail = str(state["waiting"].get("reason"))
@@ -150,10 +151,10 @@ class NodePod:
             detail = str(status["reason"]) + (f" ({detail})" if detail else "")
         # A phase past Pending means the container ran (or its node was lost while it ran).
         started = started or phase in ("Running", "Succeeded", "Failed")
-        return cls(name=str(meta.get("name") or ""), rank=_int(labels.get(c.LABEL_RANK)), attempt=attempt,
+        return cls(name=info.name, rank=info.rank, attempt=attempt,
                    role=str(labels.get(c.LABEL_ROLE) or ""), phase=phase, uid=str(meta.get("uid") or ""),
                    node_name=spec.get("nodeName"), started=started, gated=bool(gates),
-                   deleting=bool(meta.get("deletionTimestamp")), exit_code=exit_code, detail=detail,
+                   deleting=info.deleting, exit_code=exit_code, detail=detail,
                    created=meta.get("creationTimestamp"))
 
     @property
