@@ -188,7 +188,9 @@ class Draft:
 
     def end_groups(self, pods: Iterable[str]) -> None:
         """Mark these pods to end their pod groups (each once)."""
-        self.decision.end_kueue_groups += [n for n in pods if n not in self.decision.end_kueue_groups]
+        for name in pods:
+            if name not in self.decision.end_kueue_groups:
+                self.decision.end_kueue_groups.append(name)
 
     def release_gang(self) -> None:
         """A job that gives up or is suspended releases what its gang holds (Kueue: ends its pod groups)."""
