@@ -15,12 +15,6 @@ MAX_MODULE_LINES = 450
 # "path" or "path:function" (relative to the repository) -> why it may be longer for now
 EXCEPTIONS = {
     "operator/grpo_operator/controller/settings.py:parse": "split by the leader-election change",
-    "operator/grpo_operator/lifecycle/decision.py": "split in branch i18-core",
-    "operator/grpo_operator/lifecycle/decision.py:phase_from_pods": "split in branch i18-core",
-    "operator/grpo_operator/render/manifests.py": "split in branch i18-core",
-    "operator/grpo_operator/client/client.py": "client/ is reworked in branch i18-core (one typed status)",
-    "operator/grpo_operator/client/client.py:wait_for_job_status": "client/ is reworked in branch i18-core",
-    "operator/grpo_operator/api/crd.py:convert": "api/ is reworked in branch i18-core",
 }
 
 

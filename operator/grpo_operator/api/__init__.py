@@ -5,6 +5,7 @@ field table (trl_fields + data/). Pure: may import pydantic, yaml and the standa
 grpo_operator.
 """
 
+from .base import IMAGE_PATTERN, INT32_MAX, Quantity, ResourceRequirements
 from .models import (
     ABS_PATH_PATTERN,
     API_VERSION,
@@ -14,8 +15,6 @@ from .models import (
     ENV_NAME,
     FUNCTION_PATTERN,
     GROUP,
-    IMAGE_PATTERN,
-    INT32_MAX,
     INT64_MAX,
     KIND,
     LABEL_KEY_RE,
@@ -39,25 +38,24 @@ from .models import (
     OutputSpec,
     PodTemplate,
     ProgressStatus,
-    Quantity,
-    ResourceRequirements,
     RewardSpec,
     RunPolicy,
     SchedulingSpec,
     SecretKeyRef,
     TemplateMetadata,
     TrainingSpec,
-    VllmServerSpec,
     VllmSpec,
     training_kwargs,
 )
+from .vllm_server import VllmServerSpec
 
 # the package's public surface (explicit, so that mypy's no_implicit_reexport accepts `api.X`)
+
 __all__ = [
     "ABS_PATH_PATTERN", "API_VERSION", "BUILTIN_REWARDS", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "ENV_NAME",
     "FUNCTION_PATTERN", "GROUP", "IMAGE_PATTERN", "INT32_MAX", "INT64_MAX", "KIND", "LABEL_KEY_RE", "LABEL_VALUE",
     "LABEL_VALUE_RE", "PLURAL", "REF_PATTERN", "SHORT_NAMES", "SINGULAR", "VERSION", "BatchStatus", "Condition",
     "DatasetSpec", "EnvVar", "GRPOJob", "GRPOJobSpec", "GRPOJobStatus", "K8sObject", "ObjectMeta", "OutputSpec",
     "PodTemplate", "ProgressStatus", "Quantity", "ResourceRequirements", "RewardSpec", "RunPolicy", "SchedulingSpec",
-    "SecretKeyRef", "TemplateMetadata", "TrainingSpec", "VllmServerSpec", "VllmSpec", "training_kwargs",
+    "SecretKeyRef", "TemplateMetadata", "TrainingSpec", "VllmServerSpec", "VllmSpec", "training_kwargs", "CacheSpec",
 ]

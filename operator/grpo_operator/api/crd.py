@@ -46,27 +46,31 @@ class _Converter:
             schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
         return schema
 
+    def _union(self, any_of: list[dict[str, Any]]) -> dict[str, Any]:
+        """anyOf: one type (nullable when null is an option), int-or-string, or anything."""
+        options = [self.resolve(s) for s in any_of]
+        non_null = [s for s in options if s.get("type") != "null"]
+        types = {s.get("type") for s in non_null}
+        out: dict[str, Any]
+        if len(non_null) == 1:
+            out = self.convert(non_null[0])
+        elif types == {"integer", "string"}:
+            out = {"x-kubernetes-int-or-string": True}
+        else:
+            out = {"x-kubernetes-preserve-unknown-fields": True}
+        if len(non_null) < len(options):
+            out["nullable"] = True
+        return out
+
     def convert(self, schema: dict[str, Any]) -> dict[str, Any]:
         schema = self.resolve(schema)
         desc = _description(schema)
         if "anyOf" in schema:
-            options = [self.resolve(s) for s in schema["anyOf"]]
-            non_null = [s for s in options if s.get("type") != "null"]
-            nullable = len(non_null) < len(options)
-            types = {s.get("type") for s in non_null}
-            if len(non_null) == 1:
-                out = self.convert(non_null[0])
-            elif types == {"integer", "string"}:
-                out = {"x-kubernetes-int-or-string": True}
-            else:
-                out = {"x-kubernetes-preserve-unknown-fields": True}
-            if nullable:
-                out["nullable"] = True
-            return {**out, **desc}
+            return {**self._union(schema["anyOf"]), **desc}
         if "enum" in schema or "const" in schema:
             values = schema.get("enum", [schema.get("const")])
-            kind = "string" if all(isinstance(v, str) for v in values) else "integer"
-            return {"type": kind, "enum": values, **desc}
+            enum_kind = "string" if all(isinstance(v, str) for v in values) else "integer"
+            return {"type": enum_kind, "enum": values, **desc}
         kind = schema.get("type")
         if kind is None:
             return {"x-kubernetes-preserve-unknown-fields": True, **desc}
@@ -113,7 +117,7 @@ class _Converter:
         return {**out, **desc}
 
 
-def _schema_of(model) -> dict[str, Any]:
+def _schema_of(model: Any) -> dict[str, Any]:
     js = model.model_json_schema(by_alias=True, mode="validation", ref_template="#/$defs/{model}")
     conv = _Converter(js.get("$defs", {}))
     return conv.convert(js)

@@ -261,7 +261,7 @@ def _training_field(f: trl_fields.TrlField) -> tuple[Any, Any]:
     elif kind == "float":
         tp = Annotated[float, Field(allow_inf_nan=False)]
     elif kind == "str":
-        tp = Literal[tuple(f.choices)] if f.choices else StrictStr  # type: ignore[misc]
+        tp = Literal[tuple(f.choices)] if f.choices else StrictStr
     elif kind == "list[str]":
         tp = list[StrictStr]
     elif kind == "list[float]":
@@ -423,8 +423,12 @@ class GRPOJob(BaseModel):
     """A validated job: the parsed spec plus the identity the renderer needs."""
 
     model_config = ConfigDict(extra="allow")
-    apiVersion: Literal["grpo.dev/v1alpha1"] = API_VERSION
-    kind: Literal["GRPOJob"] = KIND
+    apiVersion: Literal["grpo.dev/v1alpha1"] = "grpo.dev/v1alpha1"  # == API_VERSION (asserted below)
+    kind: Literal["GRPOJob"] = "GRPOJob"  # == KIND
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: GRPOJobSpec
     status: Optional[dict[str, Any]] = None
+
+
+# the Literal defaults of GRPOJob spell API_VERSION and KIND out (a Literal cannot name a constant)
+assert (GRPOJob.model_fields["apiVersion"].default, GRPOJob.model_fields["kind"].default) == (API_VERSION, KIND)

@@ -24,7 +24,8 @@ class TrlField:
 @lru_cache(maxsize=1)
 def table() -> dict[str, Any]:
     text = resources.files("grpo_operator.api").joinpath("data/grpo_config_fields.json").read_text()
-    return json.loads(text)
+    data: dict[str, Any] = json.loads(text)
+    return data
 
 
 @lru_cache(maxsize=1)
@@ -49,7 +50,7 @@ def by_camel() -> dict[str, TrlField]:
 
 
 def trl_version() -> str:
-    return table()["trl"]
+    return str(table()["trl"])
 
 
 @lru_cache(maxsize=1)

@@ -132,6 +132,13 @@ def _namespace(body: dict, override: Optional[str]) -> str:
     return ns if isinstance(ns, str) and ns else "default"
 
 
+def _attempt(value: str) -> int:
+    """--attempt: a whole number ≥ 0 (else argparse's usage error, naming the flag)."""
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not an attempt number (a whole number ≥ 0, as status.restarts)")
+    return int(value)
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     if args.namespace is not None and not validation.valid_namespace(args.namespace):
         print(f"grpojob render: error: --namespace: {validation.namespace_problem(args.namespace)}", file=sys.stderr)
@@ -151,7 +158,8 @@ def cmd_render(args: argparse.Namespace) -> int:
                 print(f"{args.file}: {name}: error: {e.field}: {e.message}", file=sys.stderr)
             code = EXIT_UNREADABLE if res.not_a_grpojob else max(code, EXIT_INVALID)
             continue
-        objects += manifests.render(res.job, res.topology, _namespace(doc.body, args.namespace), image=args.image)
+        objects += manifests.render(res.job, res.topology, _namespace(doc.body, args.namespace), image=args.image,
+                                    attempt=args.attempt)
     if code != EXIT_OK:
         return code
     if not objects:
@@ -188,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("file", metavar="FILE")
     r.add_argument("--namespace", "-n", default=None)
     r.add_argument("--image", default=manifests.DEFAULT_TRAINER_IMAGE, help="default trainer image")
+    r.add_argument("--attempt", type=_attempt, default=0, metavar="N",
+                   help="the objects of attempt N (status.restarts after N gang restarts; default 0): its pod names "
+                        "under Kueue, its annotations and rendezvous id")
     r.set_defaults(func=cmd_render)
 
     run = sub.add_parser("run", help="run the job on this machine (torchrun with the pods' arguments)")

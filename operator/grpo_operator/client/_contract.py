@@ -6,7 +6,10 @@ from __future__ import annotations
 import typing
 
 from .. import api
+from ..api import gang as g
 from ..api.status import ConditionType, Phase
+from ..lifecycle.conditions import parse_time as parse_time  # the one time parser, for the client
+from ..lifecycle.pods import summarize_pod as summarize_pod  # the one pod summary: the client adds what it shows
 from ..render import manifests
 
 GROUP, VERSION, PLURAL, KIND, API_VERSION = api.GROUP, api.VERSION, api.PLURAL, api.KIND, api.API_VERSION
@@ -25,11 +28,12 @@ LABEL_JOB = manifests.LABEL_JOB
 LABEL_ROLE = manifests.LABEL_ROLE
 LABEL_RANK = manifests.LABEL_RANK
 # The attempt is read from the label when pods carry it, else from the annotation of the same key.
-KEY_ATTEMPT = getattr(manifests, "LABEL_ATTEMPT", manifests.ANNOTATION_ATTEMPT)
-ROLE_TRAINER = "trainer"
-TRAINER_CONTAINER = "trainer"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KUEUE_GATE = "kueue.x-k8s.io/admission"
+KEY_ATTEMPT = manifests.LABEL_ATTEMPT
+ROLE_TRAINER = manifests.ROLE_TRAINER
+TRAINER_CONTAINER = manifests.TRAINER_CONTAINER
+QUEUE_LABEL = g.KUEUE_QUEUE_LABEL
+KUEUE_GATE = g.KUEUE_ADMISSION_GATE
+PROGRESS_FIELDS: tuple[str, ...] = tuple(api.ProgressStatus.model_fields)  # status.progress's keys (camelCase)
 
 
 def names(job_name: str) -> manifests.Names:

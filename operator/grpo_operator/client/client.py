@@ -5,47 +5,29 @@ several clients for several clusters can live in one process."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Union
 
-import yaml
-
 from . import _contract as c
+from . import inputs as _inputs
 from . import logs as _logs
-from .errors import ApiError, ConfigError, InvalidJob, JobExists, JobFailed, JobNotFound, UnreachableStatus, WaitTimeout
-from .types import FAILURE_PHASES, PHASES, TERMINAL_PHASES, Event, Job, LogLine, NodePod, Progress
+from .errors import (
+    InvalidJob,
+    JobExists,
+    JobFailed,
+    JobNotFound,
+    UnreachableStatus,
+    WaitTimeout,
+    api_error,
+)
+from .inputs import JobInput
+from .kubeconfig import load_config
+from .podlogs import PodLogSource
+from .types import FAILURE_PHASES, PHASES, TERMINAL_PHASES, Event, Job, LogLine, Progress
 
-SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-MAX_FILE_BYTES = 4 * 1024 * 1024
-JobInput = Union[Mapping[str, Any], str, os.PathLike, Any]
 Callback = Callable[[Job], Any]
-
-
-def _one_line(text: str, limit: int = 1000) -> str:
-    return " ".join(text.split())[:limit]
-
-
-def _api_error(exc: Exception, what: str) -> ApiError:
-    """An ApiException (or a connection error) → ApiError with the server's own message, on one line."""
-    status = getattr(exc, "status", 0) or 0
-    if not isinstance(status, int) or not status:
-        detail = _one_line(str(exc), 300) or type(exc).__name__
-        return ApiError(f"{what}: cannot reach the API server: {detail}", 0, "Unreachable")
-    body = getattr(exc, "body", None)
-    if isinstance(body, (bytes, bytearray)):
-        body = body.decode("utf-8", "replace")
-    message, reason = "", str(getattr(exc, "reason", "") or "")
-    if isinstance(body, str) and body.strip():
-        try:
-            doc = json.loads(body)
-            message, reason = str(doc.get("message") or ""), str(doc.get("reason") or reason)
-        except (ValueError, AttributeError):
-            message = body
-    return ApiError(f"{what}: {_one_line(message or reason) or 'HTTP ' + str(status)} (HTTP {status})", status, reason)
 
 
 class GRPOClient:
@@ -62,47 +44,11 @@ class GRPOClient:
 
         self._k8s = k8s
         cfg, default_ns = (client_configuration, None) if client_configuration is not None else \
-            self._load_config(context, config_file)
+            load_config(context, config_file)
         self.namespace: str = namespace or default_ns or "default"
         self.api_client = k8s.ApiClient(configuration=cfg)
         self.custom = k8s.CustomObjectsApi(self.api_client)
         self.core = k8s.CoreV1Api(self.api_client)
-
-    # ------------------------------------------------------------------------------------------ config
-    @staticmethod
-    def _load_config(context: Optional[str], config_file: Optional[str]) -> tuple[Any, Optional[str]]:
-        from kubernetes import client as k8s
-        from kubernetes import config as kconfig
-
-        cfg = k8s.Configuration()
-        files = config_file or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        have_file = any(Path(p).expanduser().is_file() for p in files.split(os.pathsep) if p)
-        if config_file is not None and not have_file:
-            raise ConfigError(f"kube-config {config_file} does not exist")
-        if not have_file and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            try:
-                kconfig.load_incluster_config(client_configuration=cfg)
-            except kconfig.ConfigException as exc:
-                raise ConfigError(f"in-cluster configuration: {exc}") from None
-            try:
-                ns = Path(SA_NAMESPACE).read_text().strip() or None
-            except OSError:
-                ns = None
-            return cfg, ns
-        if not have_file:
-            raise ConfigError(f"no kube-config: {files} does not exist and this is not a pod "
-                              "(set KUBECONFIG, pass --kubeconfig/config_file, or run in a cluster)")
-        try:
-            # `files`, not None: the kubernetes package reads $KUBECONFIG once, when it is imported
-            kconfig.load_kube_config(config_file=files, context=context, client_configuration=cfg)
-            contexts, active = kconfig.list_kube_config_contexts(config_file=files)
-        except kconfig.ConfigException as exc:
-            raise ConfigError(f"kube-config {files}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            raise ConfigError(f"kube-config {files}: {type(exc).__name__}: {exc}") from None
-        chosen = next((x for x in contexts or [] if x.get("name") == context), None) if context else active
-        ns = ((chosen or {}).get("context") or {}).get("namespace")
-        return cfg, ns
 
     def close(self) -> None:
         self.api_client.close()
@@ -127,9 +73,9 @@ class GRPOClient:
         except ApiException as exc:
             if exc.status == 404 and not_found is not None:
                 raise JobNotFound(*not_found) from None
-            raise _api_error(exc, what) from None
+            raise api_error(exc, what) from None
         except (OSError, HTTPError) as exc:  # connection refused, TLS, DNS, retries exhausted
-            raise _api_error(exc, what) from None
+            raise api_error(exc, what) from None
 
     def _get_body(self, name: str, namespace: str) -> dict[str, Any]:
         return self._call(f"get grpojob {namespace}/{name}", self.custom.get_namespaced_custom_object,
@@ -149,60 +95,10 @@ class GRPOClient:
         return doc.get("items") or [], str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
     # ------------------------------------------------------------------------------------------ create
-    def _body_from(self, job: JobInput, name: Optional[str]) -> tuple[dict[str, Any], str]:
-        """The GRPOJob body from a dict (a whole GRPOJob, or a bare spec with `name`), a YAML file or an API model."""
-        if isinstance(job, (str, os.PathLike)):
-            return self._load_file(os.fspath(job)), os.fspath(job)
-        dump = getattr(job, "model_dump", None)
-        if callable(dump):  # api.GRPOJob or api.GRPOJobSpec
-            data = dump(mode="json", exclude_unset=True, by_alias=True)
-            if hasattr(job, "spec"):
-                data["apiVersion"], data["kind"] = c.API_VERSION, c.KIND
-                data.pop("status", None)
-                return data, ""
-            return {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {}, "spec": data}, ""
-        if isinstance(job, Mapping):
-            body = json.loads(json.dumps(job, default=str))  # a deep copy that is plain JSON
-            if "spec" not in body and "kind" not in body and "model" in body:
-                body = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {}, "spec": body}
-            return body, ""
-        raise InvalidJob([("", f"create_job takes a dict, a YAML file path or an api model, not {type(job).__name__}")])
-
-    @staticmethod
-    def _load_file(path: str) -> dict[str, Any]:
-        if path == "-":
-            return GRPOClient._one_document(sys_stdin_text(), "<stdin>")
-        p = Path(path)
-        try:
-            if p.is_dir():
-                raise InvalidJob([("", "is a directory, expected a YAML file")], path)
-            if p.stat().st_size > MAX_FILE_BYTES:
-                raise InvalidJob([("", f"larger than {MAX_FILE_BYTES} bytes")], path)
-            text = p.read_text(encoding="utf-8-sig")
-        except OSError as exc:
-            raise InvalidJob([("", f"cannot read: {exc.strerror or exc}")], path) from None
-        except UnicodeDecodeError as exc:
-            raise InvalidJob([("", f"not UTF-8 text (byte {exc.start})")], path) from None
-        return GRPOClient._one_document(text, path)
-
-    @staticmethod
-    def _one_document(text: str, source: str) -> dict[str, Any]:
-        try:
-            docs = [d for d in yaml.safe_load_all(text) if d is not None]
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            raise InvalidJob([("", f"not valid YAML{where}: {getattr(exc, 'problem', None) or exc}")], source) from None
-        if len(docs) != 1:
-            raise InvalidJob([("", f"expected one GRPOJob document, found {len(docs)}")], source)
-        if not isinstance(docs[0], dict):
-            raise InvalidJob([("", f"expected a GRPOJob mapping, got {type(docs[0]).__name__}")], source)
-        return docs[0]
-
     def validate_job(self, job: JobInput, name: Optional[str] = None, namespace: Optional[str] = None,
                      labels: Optional[Mapping[str, str]] = None, queue: Optional[str] = None) -> dict[str, Any]:
         """The body create_job would send, after the webhook's own validator accepted it (else InvalidJob)."""
-        body, source = self._body_from(job, name)
+        body, source = _inputs.body_from(job, name)
         meta = body.setdefault("metadata", {}) if isinstance(body.get("metadata", {}), dict) else None
         if meta is None:
             raise InvalidJob([("metadata", "must be a mapping")], source)
@@ -232,16 +128,16 @@ class GRPOClient:
         body = self.validate_job(job, name, namespace, labels, queue)
         ns, jname = body["metadata"]["namespace"], body["metadata"]["name"]
         try:
-            created = self.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, body)
+            created: Any = self.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, body)
         except ApiException as exc:
             if exc.status == 409:
                 raise JobExists(ns, jname) from None
-            err = _api_error(exc, f"create grpojob {ns}/{jname}")
+            err = api_error(exc, f"create grpojob {ns}/{jname}")
             if exc.status in (400, 422) or "denied the request" in str(err):
                 raise InvalidJob([("", str(err))], server=True) from None
             raise err from None
         except (OSError, HTTPError) as exc:
-            raise _api_error(exc, f"create grpojob {ns}/{jname}") from None
+            raise api_error(exc, f"create grpojob {ns}/{jname}") from None
         return Job.from_dict(created)
 
     # ------------------------------------------------------------------------------------------ read
@@ -253,7 +149,7 @@ class GRPOClient:
 
     def list_jobs(self, namespace: Optional[str] = None, all_namespaces: bool = False,
                   label_selector: Optional[str] = None) -> list[Job]:
-        kw = {"label_selector": label_selector} if label_selector else {}
+        kw: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
         if all_namespaces:
             doc = self._call("list grpojobs", self.custom.list_cluster_custom_object, c.GROUP, c.VERSION, c.PLURAL, **kw)
         else:
@@ -358,10 +254,6 @@ class GRPOClient:
         JobFailed (a RuntimeError) when the job Failed or was Rejected and that is not in `status`;
         UnreachableStatus when it Succeeded instead, or was deleted; WaitTimeout (a TimeoutError) after `timeout`
         seconds; ValueError for a status that is no phase. callbacks(job) run on every change seen."""
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
         wanted = {status} if isinstance(status, str) else set(status)
         bad = sorted(s for s in wanted if s not in PHASES)
         if not wanted or bad:
@@ -405,28 +297,41 @@ class GRPOClient:
                 assert job is not None
                 raise WaitTimeout(f"grpojob {ns}/{name} is {job.phase}, not {' or '.join(sorted(wanted))}, "
                                   f"after {timeout:g}s", job)
-            rv = (body.get("metadata") or {}).get("resourceVersion")
-            w = watch.Watch()
-            try:
-                for ev in w.stream(self.custom.list_namespaced_custom_object, c.GROUP, c.VERSION, ns, c.PLURAL,
-                                   field_selector=f"metadata.name={name}", resource_version=rv,
-                                   timeout_seconds=max(1, int(min(left, 30))), _request_timeout=min(left, 30) + 10):
-                    if ev.get("type") == "DELETED":
-                        break  # the GET above says so properly
-                    obj = ev.get("object")
-                    if ev.get("type") in ("ADDED", "MODIFIED") and isinstance(obj, dict):
-                        done = judge(obj)
-                        if done is not None:
-                            return done
-                    if time.monotonic() >= deadline:
-                        break
-            except ApiException as exc:  # 410 Gone and friends: start again from a fresh GET
-                if exc.status not in (410, 500, 503, 504):
-                    raise _api_error(exc, f"watch grpojob {ns}/{name}") from None
-            except (OSError, HTTPError):  # a dropped connection: the GET above tells whether the server is there
-                time.sleep(0.5)
-            finally:
-                w.stop()
+            done = self._watch_job(name, ns, (body.get("metadata") or {}).get("resourceVersion"), deadline, judge)
+            if done is not None:
+                return done
+
+    def _watch_job(self, name: str, ns: str, rv: Optional[str], deadline: float,
+                   judge: Callable[[Mapping[str, Any]], Optional[Job]]) -> Optional[Job]:
+        """Watch one job from `rv` until `judge` returns a job, the deadline, or the watch ends (then None: the caller
+        GETs the job again)."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        left = deadline - time.monotonic()
+        w = watch.Watch()
+        try:
+            for ev in w.stream(self.custom.list_namespaced_custom_object, c.GROUP, c.VERSION, ns, c.PLURAL,
+                               field_selector=f"metadata.name={name}", resource_version=rv,
+                               timeout_seconds=max(1, int(min(left, 30))), _request_timeout=min(left, 30) + 10):
+                if ev.get("type") == "DELETED":
+                    break  # the caller's GET says so properly
+                obj = ev.get("object")
+                if ev.get("type") in ("ADDED", "MODIFIED") and isinstance(obj, dict):
+                    done = judge(obj)
+                    if done is not None:
+                        return done
+                if time.monotonic() >= deadline:
+                    break
+        except ApiException as exc:  # 410 Gone and friends: start again from a fresh GET
+            if exc.status not in (410, 500, 503, 504):
+                raise api_error(exc, f"watch grpojob {ns}/{name}") from None
+        except (OSError, HTTPError):  # a dropped connection: the GET tells whether the server is there
+            time.sleep(0.5)
+        finally:
+            w.stop()
+        return None
 
     # ------------------------------------------------------------------------------------------ logs
     def get_job_logs(self, name: str, rank: int = 0, follow: bool = False, tail_lines: Optional[int] = None,
@@ -446,12 +351,12 @@ class GRPOClient:
 
     def follow_job_logs(self, name: str, rank: int = 0, follow: bool = False, tail_lines: Optional[int] = None,
                         since_seconds: Optional[int] = None, attempt: Optional[int] = None,
-                        namespace: Optional[str] = None, poll: float = 2.0) -> Iterator[LogLine]:
+                        namespace: Optional[str] = None, poll: float = 2.0) -> Generator[LogLine, None, None]:
         """get_job_logs with each line's rank, attempt, pod and timestamp (LogLine), plus a LogLine of kind
         "attach" each time it starts reading a pod (after a gang restart: the new attempt's)."""
         if isinstance(rank, bool) or not isinstance(rank, int):
             raise ValueError(f"rank must be a node rank (int), got {rank!r}")
-        source = _PodLogSource(self, name, self._ns(namespace), rank)
+        source = PodLogSource(self, name, self._ns(namespace), rank)
         try:
             if follow:
                 yield from _logs.follow(source, name, rank, attempt, tail_lines, since_seconds, poll=poll)
@@ -505,79 +410,3 @@ class GRPOClient:
             raise errors[0]
         for exc in errors:  # some ranks had nothing to read: say so, as lines, without hiding the others
             yield LogLine(text=str(exc), rank=-1, attempt=-1, pod="", kind="error")
-
-
-def sys_stdin_text() -> str:
-    import sys
-
-    return sys.stdin.read()
-
-
-class _PodLogSource:
-    """logs.LogSource on the API server: the job with its trainer pods of one rank, pod logs, pod watch."""
-
-    def __init__(self, client: GRPOClient, name: str, namespace: str, rank: int):
-        self.client, self.name, self.namespace, self.rank = client, name, namespace, rank
-        self._rv = ""
-        self._responses: list[Any] = []
-
-    def job(self) -> Optional[Job]:
-        try:
-            body = self.client._get_body(self.name, self.namespace)
-        except JobNotFound:
-            return None
-        items, self._rv = self.client._pod_list(self.name, self.namespace, self.rank)
-        return Job.from_dict(body, items)
-
-    def read(self, pod: NodePod, *, follow: bool, tail_lines: Optional[int],
-             since_seconds: Optional[int]) -> Iterator[tuple[Optional[str], str]]:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        kw: dict[str, Any] = {"container": c.TRAINER_CONTAINER, "follow": follow, "timestamps": True,
-                              "_preload_content": False}
-        if tail_lines is not None:
-            kw["tail_lines"] = tail_lines
-        if since_seconds is not None:
-            kw["since_seconds"] = since_seconds
-        try:
-            resp = self.client.core.read_namespaced_pod_log(pod.name, self.namespace, **kw)
-        except ApiException as exc:
-            if exc.status in (400, 404) and follow:
-                return  # gone or not ready between our look and this call: the follower looks again
-            raise _api_error(exc, f"logs of pod {self.namespace}/{pod.name}") from None
-        self._responses.append(resp)
-        buf = b""
-        try:
-            for chunk in resp.stream(64 * 1024, decode_content=True):
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for raw in lines:
-                    yield _split_ts(raw.decode("utf-8", "replace"))
-            if buf:
-                yield _split_ts(buf.decode("utf-8", "replace"))
-        except (OSError, HTTPError):
-            return  # the connection dropped: the follower re-attaches from the last timestamp
-        finally:
-            resp.release_conn()
-            self._responses.remove(resp)
-
-    def wait(self, timeout: float) -> None:
-        selector = f"{c.LABEL_JOB}={c.names(self.name).base},{c.LABEL_RANK}={self.rank}"
-        self.client._watch_once(self.client.core.list_namespaced_pod, timeout, self.namespace,
-                                label_selector=selector, resource_version=self._rv)
-
-    def close(self) -> None:
-        for resp in list(self._responses):
-            try:
-                resp.close()
-            except Exception:
-                pass
-
-
-def _split_ts(line: str) -> tuple[Optional[str], str]:
-    """'2030-01-01T00:00:00.123456789Z text' (the kubelet's timestamps=true form) → (timestamp, text)."""
-    head, sep, rest = line.partition(" ")
-    if sep and len(head) >= 20 and head[4:5] == "-" and head[10:11] == "T":
-        return head, rest.rstrip("\r")
-    return None, line.rstrip("\r")

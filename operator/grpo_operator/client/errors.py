@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -70,3 +71,26 @@ class WaitTimeout(GRPOClientError, TimeoutError):
     def __init__(self, message: str, job: Optional[Any] = None):
         super().__init__(message)
         self.job = job
+
+
+def one_line(text: str, limit: int = 1000) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def api_error(exc: Exception, what: str) -> ApiError:
+    """An ApiException (or a connection error) → ApiError with the server's own message, on one line."""
+    status = getattr(exc, "status", 0) or 0
+    if not isinstance(status, int) or not status:
+        detail = one_line(str(exc), 300) or type(exc).__name__
+        return ApiError(f"{what}: cannot reach the API server: {detail}", 0, "Unreachable")
+    body = getattr(exc, "body", None)
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    message, reason = "", str(getattr(exc, "reason", "") or "")
+    if isinstance(body, str) and body.strip():
+        try:
+            doc = json.loads(body)
+            message, reason = str(doc.get("message") or ""), str(doc.get("reason") or reason)
+        except (ValueError, AttributeError):
+            message = body
+    return ApiError(f"{what}: {one_line(message or reason) or 'HTTP ' + str(status)} (HTTP {status})", status, reason)

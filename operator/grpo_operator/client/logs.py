@@ -4,10 +4,10 @@ A gang restart deletes every pod of the job and, after a backoff, creates the ne
 grpo.dev/attempt one higher (the same names <job>-node-<rank>, or <job>-node-<rank>-a<attempt> under Kueue, whose
 replacements need new names). Pods are found by their labels (node rank + attempt), never by name. `kubectl logs -f`
 ends when the old pod goes; the follower notices the end of the stream, waits for the pod of the job's new attempt
-to start and attaches to it from its first line. A stream that ends while its pod still runs (the API server or the network dropped it) is re-opened
-from the last line seen (by the kubelet's timestamps), so no line is printed twice. It stops when the job has
-finished (or is deleted) and the last pod's log has been read to its end, or, when `attempt` was given, when that
-attempt's pod has ended.
+to start and attaches to it from its first line. A stream that ends while its pod still runs (the API server or the
+network dropped it) is re-opened from the last line seen (by the kubelet's timestamps), so no line is printed
+twice. It stops when the job has finished (or is deleted) and the last pod's log has been read to its end, or, when
+`attempt` was given, when that attempt's pod has ended.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -37,16 +38,11 @@ def _int(value: Any, default: Optional[int] = None) -> Optional[int]:
         return default
 
 
-def parse_time(value: Any) -> Optional[_dt.datetime]:
-    if isinstance(value, _dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=_dt.UTC)
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        t = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=_dt.UTC)
+parse_time = c.parse_time  # the lifecycle's (one parser for the operator and the client)
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
 
 
 @dataclass(frozen=True)
@@ -84,17 +80,14 @@ class Progress:
     display: Optional[str] = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _KEYS = {"step": "step", "maxSteps": "max_steps", "reward": "reward", "rewardStd": "reward_std",
-             "rewards": "rewards", "kl": "kl", "completionLength": "completion_length",
-             "learningRate": "learning_rate", "tokensPerSecond": "tokens_per_second", "etaSeconds": "eta_seconds",
-             "updateTime": "update_time", "display": "display"}
-
     @classmethod
     def from_dict(cls, d: Any) -> Optional[Progress]:
+        """status.progress (api.ProgressStatus's camelCase keys) → Progress's snake_case fields; unknown keys in
+        `extra`."""
         if not isinstance(d, dict) or not d:
             return None
-        known = {py: d.get(key) for key, py in cls._KEYS.items()}
-        return cls(**known, extra={k: v for k, v in d.items() if k not in cls._KEYS})  # type: ignore[arg-type]
+        known = {_snake(key): d.get(key) for key in c.PROGRESS_FIELDS}
+        return cls(**known, extra={k: v for k, v in d.items() if k not in c.PROGRESS_FIELDS})
 
     @property
     def fraction(self) -> Optional[float]:
@@ -127,11 +120,12 @@ class NodePod:
     @classmethod
     def from_dict(cls, pod: Mapping[str, Any]) -> NodePod:
         meta, spec, status = _dict(pod.get("metadata")), _dict(pod.get("spec")), _dict(pod.get("status"))
-        labels, annotations = _dict(meta.get("labels")), _dict(meta.get("annotations"))
+        labels = _dict(meta.get("labels"))
+        info = c.summarize_pod(pod)  # the lifecycle's summary; what only the client shows is read below
         attempt = _int(labels.get(c.KEY_ATTEMPT), None)
         if attempt is None:
-            attempt = _int(annotations.get(c.KEY_ATTEMPT), 0) or 0
-        phase = str(status.get("phase") or "Pending")
+            attempt = info.attempt
+        phase = str(info.phase)
         gates = spec.get("schedulingGates") or []
         started, exit_code, detail = False, None, ""
         statuses = status.get("containerStatuses") or []
@@ -142,7 +136,7 @@ class NodePod:
             started = True
         term = _dict(state.get("terminated"))
         if term:
-            exit_code = _int(term.get("exitCode"))
+            exit_code = info.exit_code if info.exit_code is not None else _int(term.get("exitCode"))
             detail = f"{term.get('reason') or 'Terminated'}, exit {exit_code}"
         elif _dict(state.get("waiting")).get("reason") not in (None, "ContainerCreating", "PodInitializing"):
             detail = str(state["waiting"].get("reason"))
@@ -157,10 +151,10 @@ class NodePod:
             detail = str(status["reason"]) + (f" ({detail})" if detail else "")
         # A phase past Pending means the container ran (or its node was lost while it ran).
         started = started or phase in ("Running", "Succeeded", "Failed")
-        return cls(name=str(meta.get("name") or ""), rank=_int(labels.get(c.LABEL_RANK)), attempt=attempt,
+        return cls(name=info.name, rank=info.rank, attempt=attempt,
                    role=str(labels.get(c.LABEL_ROLE) or ""), phase=phase, uid=str(meta.get("uid") or ""),
                    node_name=spec.get("nodeName"), started=started, gated=bool(gates),
-                   deleting=bool(meta.get("deletionTimestamp")), exit_code=exit_code, detail=detail,
+                   deleting=info.deleting, exit_code=exit_code, detail=detail,
                    created=meta.get("creationTimestamp"))
 
     @property
@@ -209,7 +203,7 @@ class Job:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_dict(cls, body: Mapping[str, Any], pods: Optional[list[Mapping[str, Any]]] = None) -> Job:
+    def from_dict(cls, body: Mapping[str, Any], pods: Optional[Sequence[Mapping[str, Any]]] = None) -> Job:
         meta, spec, status = _dict(body.get("metadata")), _dict(body.get("spec")), _dict(body.get("status"))
         uid = str(meta.get("uid") or "")
         node_pods = []

@@ -353,8 +353,6 @@ class Controller:
         wanted = set(pod_names)
         support = [o for o in objs if o["kind"] != "Pod"]
         pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["name"] in wanted]
-        for o in pods:  # render() annotates trainer pods only; the vLLM server pod belongs to the attempt too
-            o["metadata"].setdefault("annotations", {})[manifests.ANNOTATION_ATTEMPT] = str(attempt)
         results = await asyncio.gather(*(self._create_one(key, uid, o, body) for o in support))
         if not all(results):
             return  # a ConfigMap/Service/PodGroup of ours is missing or owned by something else: pods would use the wrong one

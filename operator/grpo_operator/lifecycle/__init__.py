@@ -1,6 +1,16 @@
 """Pure lifecycle decisions: (job, observed pods, now) → status, actions, events.
 
-    decision    decide(): a table of contents of named steps over one Draft; Decision, JobView, Policy
+    decision     decide(): the table of contents, the steps in order (room for the planned ones)
+    draft        Draft (what the steps share), Decision, JobView, ValidJob, Policy
+    gang_policy  GangPolicy and its kinds (none, PodGroup, Kueue): the hooks the steps call
+    gang         the gang rules on pods (what Kueue wrote, when a restart may create the next attempt)
+    validity     reject_invalid
+    terminal     fail, keep_terminal, enforce_deadline
+    suspend      suspend, resume
+    restart      adopt_newest_attempt, delete_other_attempts, restart_or_fail, wait_for_previous_attempt
+    create       note_conflicts, create_pods
+    phase        phase_from_pods
+    finish       after every pass: the status, transition Events, force-deleting stuck pods; status_patch
     pods        PodInfo (a pod's summary), classify (what a failure means), PodSets (pods sorted once)
     conditions  status.conditions[] and time stamps
     progress    live training progress from the trainers' metrics text and final record
@@ -10,21 +20,10 @@ controller, webhook, cli, kopf or kubernetes.
 """
 
 from .conditions import clear_condition, fmt_time, get_condition, is_true, now_utc, parse_time, set_condition
-from .decision import (
-                       BATCH_KEYS,
-                       Decision,
-                       Draft,
-                       JobEvent,
-                       JobView,
-                       Policy,
-                       backoff_seconds,
-                       clean_status,
-                       decide,
-                       expected_pod_names,
-                       force_stuck,
-                       status_patch,
-                       topology_string,
-)
+from .decision import STEPS, decide
+from .draft import Decision, Draft, JobEvent, JobView, Policy, ValidJob, backoff_seconds, clean_status
+from .finish import force_stuck, status_patch
+from .gang_policy import GangPolicy, KueueGang, PodGroupGang
 from .pods import (
                        NODE_LOST_REASONS,
                        OWNER_KIND,
@@ -39,10 +38,11 @@ from .pods import (
                        classify,
                        summarize_pod,
 )
+from .validity import BATCH_KEYS
 
 __all__ = [
-    "BATCH_KEYS", "Decision", "Draft", "JobEvent", "JobView", "Policy", "backoff_seconds", "clean_status", "decide",
-    "expected_pod_names", "force_stuck", "status_patch", "topology_string",
+    "BATCH_KEYS", "STEPS", "Decision", "Draft", "JobEvent", "JobView", "Policy", "ValidJob", "backoff_seconds",
+    "clean_status", "decide", "force_stuck", "status_patch", "GangPolicy", "KueueGang", "PodGroupGang",
     "NODE_LOST_REASONS", "OWNER_KIND", "RETRYABLE_POD_REASONS", "ROLE_TRAINER", "ROLE_VLLM", "Failure", "PodInfo",
     "PodPhase", "PodSets", "as_int", "classify", "summarize_pod",
     "clear_condition", "fmt_time", "get_condition", "is_true", "now_utc", "parse_time", "set_condition",

@@ -16,6 +16,10 @@ def fmt_time(t: _dt.datetime) -> str:
 
 
 def parse_time(s: Any) -> Optional[_dt.datetime]:
+    """An RFC 3339 string (or a datetime, as the kubernetes client returns them) → an aware datetime; None for
+    anything else."""
+    if isinstance(s, _dt.datetime):
+        return s if s.tzinfo else s.replace(tzinfo=_dt.UTC)
     if not isinstance(s, str) or not s:
         return None
     try:

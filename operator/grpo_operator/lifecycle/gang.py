@@ -40,10 +40,14 @@ class GangFacts:
 
 
 class PodLike(Protocol):
-    name: str
-    phase: str
-    deleting: bool
-    gang: GangFacts
+    @property
+    def name(self) -> str: ...
+    @property
+    def phase(self) -> str: ...
+    @property
+    def deleting(self) -> bool: ...
+    @property
+    def gang(self) -> GangFacts: ...
 
 
 def facts(body: Mapping[str, Any]) -> GangFacts:

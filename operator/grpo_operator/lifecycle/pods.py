@@ -13,6 +13,7 @@ from grpo_trainer import contract
 
 from .. import api
 from ..api.status import Reason
+from ..render import manifests
 from .conditions import parse_time
 from .gang import GangFacts
 from .gang import facts as gang_facts
@@ -99,7 +100,8 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
     creason = None
     waiting = None
     statuses = list(status.get("containerStatuses") or [])
-    main = next((c for c in statuses if c.get("name") in ("trainer", "vllm")), statuses[0] if statuses else None)
+    mains = (manifests.TRAINER_CONTAINER, manifests.VLLM_CONTAINER)
+    main = next((c for c in statuses if c.get("name") in mains), statuses[0] if statuses else None)
     if main:
         state = main.get("state") or {}
         term = state.get("terminated")

@@ -167,8 +167,8 @@ def from_result_message(message: Optional[str], previous: Optional[Mapping[str, 
         v = rec.get(k)
         if k == "rewards" and isinstance(v, dict):
             out[k] = {str(n): _round(x) for n, x in sorted(v.items()) if _finite(x) is not None}
-        elif _finite(v) is not None:
-            out[k] = _round(float(v))
+        elif (x := _finite(v)) is not None:
+            out[k] = _round(x)
     out["step"] = rec["step"]
     max_steps = rec.get("maxSteps")
     if isinstance(max_steps, int) and max_steps > 0:

@@ -5,10 +5,7 @@ The operator, `grpojob render` and `grpojob run --local` all call these function
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Optional
 
@@ -17,6 +14,11 @@ from grpo_trainer import contract
 from .. import api
 from ..rules import topology
 from . import cache, podgroup, vllm_server
+from .names import MAX_BASE as MAX_BASE
+from .names import Names as Names
+from .names import names as names
+from .names import pod_name as pod_name
+from .names import pod_names as pod_names
 from .podgroup import parse_quantity
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
@@ -30,47 +32,9 @@ CONFIG_DIR, CONFIG_FILE = contract.CONFIG_DIR, contract.CONFIG_FILE
 LABEL_JOB, LABEL_ROLE, LABEL_RANK = contract.LABEL_JOB, contract.LABEL_ROLE, contract.LABEL_RANK
 LABEL_ATTEMPT = contract.LABEL_ATTEMPT  # so that clients can select one attempt's pods
 ANNOTATION_ATTEMPT, ANNOTATION_JOB = contract.ANNOTATION_ATTEMPT, contract.ANNOTATION_JOB
+ROLE_TRAINER, ROLE_VLLM = contract.ROLE_TRAINER, contract.ROLE_VLLM
+TRAINER_CONTAINER, VLLM_CONTAINER = "trainer", "vllm"  # container names (logs, resourceFieldRef)
 PASS_THROUGH_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
-
-# Pod hostnames are DNS labels (≤ 63): "<base>-node-<rank>" with rank < 1024 needs 10 characters.
-MAX_BASE = 52
-
-
-@dataclass(frozen=True)
-class Names:
-    base: str  # a DNS-1035 label derived from the job name; also the headless Service's name
-    job: str
-
-    @property
-    def service(self) -> str:
-        return self.base
-
-    @property
-    def config_map(self) -> str:
-        return f"{self.base}-config"
-
-    @property
-    def vllm(self) -> str:
-        return f"{self.base}-vllm"
-
-    def pod(self, rank: int) -> str:
-        return f"{self.base}-node-{rank}"
-
-    def vllm_pod(self, index: int = 0) -> str:
-        return f"{self.base}-vllm-{index}"
-
-
-def names(job_name: str) -> Names:
-    """Deterministic child names; a long or unusual job name is shortened with a hash suffix, never rejected."""
-    cleaned = re.sub(r"[^a-z0-9-]", "-", job_name.lower()).strip("-")
-    if cleaned and not cleaned[0].isalpha():
-        cleaned = "j-" + cleaned
-    if cleaned == job_name and len(cleaned) <= MAX_BASE:
-        return Names(cleaned, job_name)
-    digest = hashlib.sha256(job_name.encode()).hexdigest()[:8]
-    head = cleaned[: MAX_BASE - 9].rstrip("-") or "job"
-    return Names(f"{head}-{digest}", job_name)
-
 
 # torchrun itself exits 1 whenever a worker fails, which reads as "permanent"; grpo_trainer.launch is torchrun's own
 # launcher run in-process that exits with the workers' contract code instead (docs/trainer.md).
@@ -128,7 +92,7 @@ def trainer_config(job: api.GRPOJob, namespace: str, uid: str = "", output_dir: 
 
 def _labels(job: api.GRPOJob, n: Names, role: str) -> dict[str, str]:
     labels = {
-        "app.kubernetes.io/name": "grpo-trainer" if role == "trainer" else "vllm-server",
+        "app.kubernetes.io/name": "grpo-trainer" if role == ROLE_TRAINER else ROLE_VLLM,
         "app.kubernetes.io/instance": n.base,
         "app.kubernetes.io/component": role,
         "app.kubernetes.io/part-of": "grpo-operator",
@@ -144,7 +108,7 @@ def _labels(job: api.GRPOJob, n: Names, role: str) -> dict[str, str]:
     return labels
 
 
-def selector(job_name: str, role: str = "trainer") -> dict[str, str]:
+def selector(job_name: str, role: str = ROLE_TRAINER) -> dict[str, str]:
     return {LABEL_JOB: names(job_name).base, LABEL_ROLE: role}
 
 
@@ -194,7 +158,7 @@ def trainer_threads(res: api.ResourceRequirements, topo: topology.Topology) -> i
                 break
             return max(1, int(cores) // max(1, topo.nproc_per_node))
     if topo.nproc_per_node == 1:
-        return {"resourceFieldRef": {"containerName": "trainer", "resource": "limits.cpu", "divisor": "1"}}
+        return {"resourceFieldRef": {"containerName": TRAINER_CONTAINER, "resource": "limits.cpu", "divisor": "1"}}
     return 1
 
 
@@ -222,7 +186,7 @@ def _common_env(job: api.GRPOJob, threads: int | dict[str, Any]) -> list[dict[st
     return env
 
 
-def _volumes(job: api.GRPOJob, n: Names, topo: topology.Topology, with_config: bool) -> tuple[list, list]:
+def _volumes(job: api.GRPOJob, n: Names, topo: topology.Topology, with_config: bool) -> tuple[list[Any], list[Any]]:
     spec = job.spec
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
@@ -265,9 +229,9 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
                 image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
                 metrics_port: int = DEFAULT_METRICS_PORT) -> dict[str, Any]:
     n = names(job.metadata.name or "")
-    labels = {**job.spec.template.metadata.labels, **_labels(job, n, "trainer"), LABEL_RANK: str(rank),
+    labels = {**job.spec.template.metadata.labels, **_labels(job, n, ROLE_TRAINER), LABEL_RANK: str(rank),
               LABEL_ATTEMPT: str(attempt)}
-    meta = _meta(n.pod(rank), namespace, labels, job.metadata.name or "", uid)
+    meta = _meta(pod_name(job, n.pod(rank), attempt), namespace, labels, job.metadata.name or "", uid)
     meta["annotations"] = {**_scrape_annotations(metrics_port), **job.spec.template.metadata.annotations,
                            **meta["annotations"], ANNOTATION_ATTEMPT: str(attempt)}
     volumes, mounts = _volumes(job, n, topo, with_config=True)
@@ -277,7 +241,7 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
     rdzv_id = f"{uid or n.base}-{attempt}"
     argv = torchrun_argv(topo.nodes, topo.nproc_per_node, f"{n.pod(0)}.{n.service}:{C10D_PORT}", rdzv_id)
     container = {
-        "name": "trainer",
+        "name": TRAINER_CONTAINER,
         "image": job.spec.image or image,
         "imagePullPolicy": "IfNotPresent",
         "command": argv[:len(LAUNCHER)],
@@ -313,7 +277,7 @@ def headless_service(job: api.GRPOJob, namespace: str, *, uid: str = "") -> dict
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(n.service, namespace, _labels(job, n, "trainer"), job.metadata.name or "", uid),
+        "metadata": _meta(n.service, namespace, _labels(job, n, ROLE_TRAINER), job.metadata.name or "", uid),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,  # rendezvous happens before any pod is Ready
@@ -329,7 +293,7 @@ def config_map(job: api.GRPOJob, namespace: str, *, uid: str = "", metrics_port:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(n.config_map, namespace, _labels(job, n, "trainer"), job.metadata.name or "", uid),
+        "metadata": _meta(n.config_map, namespace, _labels(job, n, ROLE_TRAINER), job.metadata.name or "", uid),
         "data": {"config.json": data + "\n"},
     }
 
@@ -344,25 +308,24 @@ def _vllm_cpu_env(utilization: float, res: api.ResourceRequirements) -> list[dic
     memory limit, as the trainer does for colocate (docs/trainer.md); without a limit vLLM takes that fraction of
     the node's RAM itself. Its caches go to /tmp (HOME is /tmp; the root filesystem is read-only)."""
     env = [{"name": "VLLM_CACHE_ROOT", "value": "/tmp/vllm-cache"}]
-    m = _MEMORY_RE.match(str(res.limits.get("memory", "")).strip())
-    if m:
-        limit = Decimal(m.group(1)) * _MEMORY_UNITS[m.group(2) or ""]
+    memory = res.limits.get("memory")
+    try:
+        limit, _ = parse_quantity(memory) if memory is not None else (None, "")
+    except ValueError:
+        limit = None
+    if limit is not None:
         env.append({"name": "VLLM_CPU_KVCACHE_SPACE", "value": str(max(1, int(limit * Decimal(str(utilization)) / 2**30)))})
     return env
 
 
-_MEMORY_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_MEMORY_UNITS = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-
-
 def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
-                 image: str = DEFAULT_TRAINER_IMAGE) -> list[dict[str, Any]]:
+                 image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0) -> list[dict[str, Any]]:
     spec = job.spec
     n = names(job.metadata.name or "")
     server = spec.vllm.server or api.VllmServerSpec()
     res, gpus, _ = vllm_server.resources(job, topo.gpu_resource)
     stopo, _ = topology.resolve(1, res.limits, res.requests, None)
-    labels = {**spec.template.metadata.labels, **_labels(job, n, "vllm-server")}
+    labels = {**spec.template.metadata.labels, **_labels(job, n, ROLE_VLLM)}
     volumes, mounts = _volumes(job, n, topo if topo.gpu_resource else stopo or topo, with_config=False)
     cpu = not (stopo and stopo.gpu_resource)
     argv = vllm_server_argv(job, gpus, cpu=cpu)
@@ -370,17 +333,19 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
     env = _common_env(job, threads=1) + [{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}] \
         + (_vllm_cpu_env(server.gpuMemoryUtilization, res) if cpu else [])
     cache.apply_reader(job, volumes, mounts, env)
+    meta = _meta(pod_name(job, n.vllm_pod(0), attempt), namespace, labels, job.metadata.name or "", uid)
+    meta["annotations"][ANNOTATION_ATTEMPT] = str(attempt)  # the server belongs to the attempt like a trainer
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _meta(n.vllm_pod(0), namespace, labels, job.metadata.name or "", uid),
+        "metadata": meta,
         "spec": {
             "restartPolicy": "Never",
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
             "securityContext": _pod_security(),
             "containers": [{
-                "name": "vllm",
+                "name": VLLM_CONTAINER,
                 "image": server.image or spec.image or image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": argv[:1],
@@ -399,9 +364,9 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(n.vllm, namespace, _labels(job, n, "vllm-server"), job.metadata.name or "", uid),
+        "metadata": _meta(n.vllm, namespace, _labels(job, n, ROLE_VLLM), job.metadata.name or "", uid),
         "spec": {
-            "selector": selector(job.metadata.name or "", "vllm-server"),
+            "selector": selector(job.metadata.name or "", ROLE_VLLM),
             "ports": [{"name": "http", "port": server.port, "targetPort": server.port, "protocol": "TCP"}],
         },
     }
@@ -420,7 +385,7 @@ def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: st
     objs: list[dict[str, Any]] = [config_map(job, namespace, uid=uid, metrics_port=metrics_port),
                                   headless_service(job, namespace, uid=uid)]
     if job.spec.vllm.mode == "server":
-        objs += vllm_objects(job, topo, namespace, uid=uid, image=image)
+        objs += vllm_objects(job, topo, namespace, uid=uid, image=image, attempt=attempt)
     objs += [trainer_pod(job, topo, namespace, r, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port)
              for r in range(topo.nodes)]
     return _gang(job, namespace, objs, uid=uid, attempt=attempt, kueue_group=kueue_group)
@@ -428,16 +393,14 @@ def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: st
 
 def _gang(job: api.GRPOJob, namespace: str, objs: list[dict[str, Any]], *, uid: str, attempt: int,
           kueue_group: Optional[str]) -> list[dict[str, Any]]:
-    """Gang admission/scheduling (render/podgroup.py): under Kueue per-attempt pod names (hostnames stay) and the
-    pod group; with spec.scheduling.gang the PodGroup, placed before the pods."""
+    """Gang admission/scheduling (render/podgroup.py): under Kueue the pod group; with spec.scheduling.gang the
+    PodGroup, placed before the pods. (Per-attempt pod names under Kueue: pod_name.)"""
     n = names(job.metadata.name or "")
     pods = [o for o in objs if o["kind"] == "Pod"]
-    kueue = podgroup.kueue_queue(job) is not None
     group = kueue_group or podgroup.kueue_group_name(n.base, uid, attempt)
     for pod in pods:
-        pod["metadata"]["name"] = podgroup.attempt_pod_name(pod["metadata"]["name"], attempt, kueue=kueue)
         podgroup.decorate_pod(pod, job, pod_group_name=n.base, kueue_group=group, total=len(pods))
-    labels = {k: v for k, v in _labels(job, n, "trainer").items()
+    labels = {k: v for k, v in _labels(job, n, ROLE_TRAINER).items()
               if k not in (LABEL_ROLE, "app.kubernetes.io/component", "app.kubernetes.io/name")}
     pg = podgroup.pod_group(job, pods, name=n.base, namespace=namespace, labels=labels,
                             annotations={ANNOTATION_JOB: job.metadata.name or ""}, uid=uid)

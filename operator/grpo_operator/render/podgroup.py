@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, Optional
 
@@ -32,8 +32,8 @@ DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-
 def kueue_queue(job: api.GRPOJob) -> Optional[str]:
     """The job's Kueue LocalQueue (its kueue.x-k8s.io/queue-name label), or None."""
     extra = job.metadata.model_extra or {}
-    labels = extra.get("labels") if isinstance(extra.get("labels"), dict) else {}
-    queue = labels.get(g.KUEUE_QUEUE_LABEL)
+    labels = extra.get("labels")
+    queue = labels.get(g.KUEUE_QUEUE_LABEL) if isinstance(labels, dict) else None
     return queue if isinstance(queue, str) and queue else None
 
 
@@ -155,15 +155,14 @@ def _owner(job_name: str, uid: str) -> list[dict[str, Any]]:
              "controller": True, "blockOwnerDeletion": True}] if uid else []
 
 
-def pod_group(job: api.GRPOJob, pods: list[Mapping[str, Any]], *, name: str, namespace: str,
+def pod_group(job: api.GRPOJob, pods: Sequence[Mapping[str, Any]], *, name: str, namespace: str,
               labels: Mapping[str, str], annotations: Mapping[str, str], uid: str = "") -> Optional[dict[str, Any]]:
     """The job's PodGroup for spec.scheduling.gang (None without one). `pods`: the rendered pods of one attempt,
     all of which must start together (trainers and the vLLM server)."""
-    gang = gang_of(job)
-    if gang is None:
+    gang, scheduling = gang_of(job), job.spec.scheduling
+    if gang is None or scheduling is None:
         return None
     job_name = job.metadata.name or ""
-    scheduling = job.spec.scheduling
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels),
                             "annotations": dict(annotations)}
     if uid:

@@ -1,0 +1,49 @@
+"""Creating the current attempt: conflicts with objects we do not own, and the attempt's missing pods (with the
+pod group the gang policy puts them in)."""
+
+from __future__ import annotations
+
+from ..api.status import ConditionType, Reason
+from .conditions import fmt_time
+from .draft import Draft
+from .pods import PodInfo
+
+
+def note_conflicts(draft: Draft) -> bool:
+    """Objects with our pod names owned by something else: Created=False until the user removes them."""
+    if draft.conflict_names:
+        message = ("objects with this job's pod names exist but are not owned by it: "
+                   + ", ".join(sorted(draft.conflict_names)) + "; delete or rename them")
+        draft.set(ConditionType.CREATED, "False", Reason.CHILD_CONFLICT, message)
+    return False
+
+
+def create_pods(draft: Draft) -> bool:
+    """The current attempt's missing pods, unless the gang already started (then a missing pod is a failure)."""
+    attempt, expected, conflicts = draft.pods.attempt, draft.expected, draft.conflict_names
+    present = {p.name for p in draft.pods.current}
+    missing = [n for n in expected if n not in present and n not in conflicts]
+    restarting = draft.is_true(ConditionType.RESTARTING)
+    created = f"attempt {attempt}: {len(expected)} pod(s)"
+    recreated = f"attempt {attempt} started after {attempt} restart(s)"
+    if missing and not draft.any_started:
+        draft.decision.create_attempt = attempt
+        draft.decision.create_pods = missing
+        draft.decision.kueue_group = draft.gang.group_of_new_pods(draft.pods.ours, draft.job.name, draft.job.uid,
+                                                                  attempt)
+        if draft.status.get("startTime") is None:
+            draft.status["startTime"] = fmt_time(draft.now)
+            deadline = draft.spec.runPolicy.activeDeadlineSeconds
+            if deadline is not None:
+                draft.decision.requeue(deadline)
+        if not conflicts:
+            draft.set(ConditionType.CREATED, "True", Reason.PODS_CREATED, created)
+        if restarting:
+            draft.set(ConditionType.RESTARTING, "False", Reason.PODS_RECREATED, recreated)
+        draft.current += [PodInfo(name=n, attempt=attempt, owner_uid=draft.job.uid, synthetic=True) for n in missing]
+    elif not missing and not conflicts and draft.current:
+        if not draft.is_true(ConditionType.CREATED):
+            draft.set(ConditionType.CREATED, "True", Reason.PODS_CREATED, created)
+        if restarting:
+            draft.set(ConditionType.RESTARTING, "False", Reason.PODS_RECREATED, recreated)
+    return False

@@ -1,0 +1,222 @@
+"""What decide()'s steps share: the Draft (the status being built, the decision, the pods sorted once, the job's
+gang policy), the Decision it yields, and the operator-wide Policy knobs."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+from .. import api
+from ..render import manifests
+from ..rules import topology, validation
+from . import gang_policy
+from .conditions import clear_condition, is_true, set_condition
+from .pods import ROLE_TRAINER, PodInfo, PodPhase, PodSets, as_int
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Operator-wide knobs (from the environment), not part of the job's spec."""
+
+    backoff_base: float = 10.0  # seconds before the first restart; doubles each restart
+    backoff_cap: float = 300.0
+    expectation_ttl: float = 30.0  # how long a pod we created may be missing from the watch cache
+    # A pod still there this long after its deletionTimestamp (the end of its grace period) has no kubelet to
+    # finish it: its node is lost. It is force-deleted (grace 0) so the gang can restart. None: never.
+    force_delete_after: Optional[float] = 60.0
+
+
+def backoff_seconds(restarts: int, policy: Policy) -> float:
+    """Delay before attempt `restarts` (≥1): base, 2·base, 4·base … capped."""
+    if restarts <= 0:
+        return 0.0
+    return min(policy.backoff_base * 2.0 ** (restarts - 1), policy.backoff_cap)
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Decision:
+    # the complete desired status, as written: job_status dumped once (None: do not touch status)
+    status: Optional[dict[str, Any]]
+    create_attempt: Optional[int] = None  # attempt number of the pods to create
+    create_pods: list[str] = field(default_factory=list)  # pod names to create (from render)
+    delete_pods: list[str] = field(default_factory=list)
+    # stuck terminating on a lost node: (pod, why) to delete with grace 0; the I/O layer posts `why` as a
+    # ForceDeleted Warning when it sends the delete (decide() repeats until the pod is gone)
+    force_delete_pods: list[tuple[str, str]] = field(default_factory=list)
+    delete_job: bool = False
+    events: list[JobEvent] = field(default_factory=list)
+    requeue_after: Optional[float] = None
+    conflicts: list[str] = field(default_factory=list)  # child names owned by something else
+    kueue_group: Optional[str] = None  # Kueue: the pod group the created pods join (render's kueue_group)
+    # Kueue: pods to annotate kueue.x-k8s.io/retriable-in-group: "false", which ends their group (Kueue finishes its
+    # Workload, releases the quota and removes its finalizers once none of its pods runs)
+    end_kueue_groups: list[str] = field(default_factory=list)
+    job_status: Optional[api.GRPOJobStatus] = None  # the typed status (the API's own model)
+
+    def requeue(self, seconds: float) -> None:
+        seconds = max(seconds, 0.05)
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+
+@dataclass
+class JobView:
+    """The parts of a GRPOJob body the lifecycle reads."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: Optional[int]
+    deleting: bool
+    status: dict[str, Any]
+    result: validation.ValidationResult  # validation.validate(body)
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any], result: Optional[validation.ValidationResult] = None) -> JobView:
+        meta = body.get("metadata") or {}
+        doc = {k: body.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
+        return cls(
+            name=meta.get("name", ""),
+            namespace=meta.get("namespace", ""),
+            uid=meta.get("uid", ""),
+            generation=meta.get("generation"),
+            deleting=bool(meta.get("deletionTimestamp")),
+            status=dict(body.get("status") or {}),
+            result=result if result is not None else validation.validate(doc),
+        )
+
+
+@dataclass(frozen=True)
+class ValidJob:
+    """A validation result narrowed once: a job that passed validation, with its topology and batch."""
+
+    job: api.GRPOJob
+    topology: topology.Topology
+    batch: dict[str, Any]
+
+    @classmethod
+    def of(cls, result: validation.ValidationResult) -> Optional[ValidJob]:
+        if not result.valid or result.job is None or result.topology is None:
+            return None
+        return cls(result.job, result.topology, dict(result.batch or {}))
+
+
+def clean_status(status: dict[str, Any]) -> dict[str, Any]:
+    """Drop None values (the API server would drop them too, and we must compare like with like); phases and
+    reasons as plain strings."""
+    return {k: (v.value if isinstance(v, Enum) else v) for k, v in status.items() if v is not None}
+
+
+def active(pods: Iterable[PodInfo], keep_succeeded: bool = False) -> list[PodInfo]:
+    """Pods still doing something: finished trainer pods stay for their logs (GC'd with the job), and with
+    `keep_succeeded` every finished pod does."""
+    return [p for p in pods if not (p.phase in PodPhase.FINISHED and (keep_succeeded or p.role == ROLE_TRAINER))]
+
+
+@dataclass
+class Draft:
+    """What the steps of one decide() share: the job, the status being built and the decision."""
+
+    job: JobView
+    now: _dt.datetime
+    policy: Policy
+    status: dict[str, Any]
+    conditions: list[dict[str, Any]]
+    decision: Decision
+    pods: PodSets
+    current: list[PodInfo]  # pods.current, plus the pods this pass creates
+    phase: Optional[str]  # the phase found (None after a cleared Rejected, Pending after a resume)
+    valid: Optional[ValidJob]  # None: an invalid spec (reject_invalid settles the pass)
+    gang: gang_policy.GangPolicy  # chosen once per pass (lifecycle/gang_policy.py)
+
+    @classmethod
+    def begin(cls, job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy) -> Draft:
+        status: dict[str, Any] = dict(job.status)
+        conditions = [dict(c) for c in job.status.get("conditions") or [] if isinstance(c, dict) and c.get("type")]
+        status["conditions"] = conditions
+        status["observedGeneration"] = job.generation
+        status["restarts"] = as_int(job.status.get("restarts"), 0)
+        sets = PodSets.sort(job.uid, pods, status["restarts"])
+        # an older GRPOJob of the same name (its GC pending) → delete; anything else is a conflict, never touched
+        decision = Decision(status=status, delete_pods=[p.name for p in sets.stale if not p.deleting],
+                            conflicts=[p.name for p in sets.foreign])
+        valid = ValidJob.of(job.result)
+        return cls(job, now, policy, status, conditions, decision, sets, list(sets.current), status.get("phase"),
+                   valid, gang_policy.for_job(valid.job if valid else None))
+
+    # -- the valid spec (every step after reject_invalid)
+    @property
+    def checked(self) -> ValidJob:
+        if self.valid is None:
+            raise ValueError("an invalid job reached a step after reject_invalid")
+        return self.valid
+
+    @property
+    def spec(self) -> api.GRPOJobSpec:
+        return self.checked.job.spec
+
+    @property
+    def nodes(self) -> int:
+        return self.checked.topology.nodes
+
+    @property
+    def expected(self) -> list[str]:
+        return manifests.pod_names(self.checked.job, self.nodes, self.pods.attempt)
+
+    @property
+    def requeues(self) -> int:
+        return as_int(self.status.get("requeues"), 0)
+
+    def next_attempt(self, *, charged: bool) -> int:
+        """Start the next attempt (status.restarts + 1); one not `charged` (the gang scheduler's doing) is also
+        counted in status.requeues, and so not against runPolicy.backoffLimit. The pods are sorted again around it."""
+        attempt = self.status["restarts"] = self.pods.attempt + 1
+        if not charged:
+            self.status["requeues"] = self.requeues + 1
+        self.pods = PodSets.sort(self.job.uid, self.pods.ours + self.pods.stale + self.pods.foreign, attempt)
+        self.current = list(self.pods.current)
+        return attempt
+
+    def end_groups(self, pods: Iterable[str]) -> None:
+        """Mark these pods to end their pod groups (each once)."""
+        for name in pods:
+            if name not in self.decision.end_kueue_groups:
+                self.decision.end_kueue_groups.append(name)
+
+    def release_gang(self) -> None:
+        """A job that gives up or is suspended releases what its gang holds (Kueue: ends its pod groups)."""
+        self.end_groups(self.gang.release(self.pods.ours))
+
+    @property
+    def conflict_names(self) -> set[str]:
+        return {p.name for p in self.pods.foreign}
+
+    @property
+    def any_started(self) -> bool:
+        return any(p.started for p in self.pods.current)
+
+    # -- writing
+    def set(self, ctype: str, status: str, reason: str, message: str, *, force_transition: bool = False) -> None:
+        set_condition(self.conditions, ctype, status, reason, message, self.now, self.job.generation,
+                      force_transition=force_transition)
+
+    def clear(self, ctype: str, reason: str, message: str) -> None:
+        clear_condition(self.conditions, ctype, reason, message, self.now, self.job.generation)
+
+    def is_true(self, ctype: str) -> bool:
+        return is_true(self.conditions, ctype)
+
+    def delete(self, pods: Iterable[PodInfo]) -> None:
+        """Delete these pods (those not already on their way out, each once)."""
+        for p in pods:
+            if p.live and p.name not in self.decision.delete_pods:
+                self.decision.delete_pods.append(p.name)

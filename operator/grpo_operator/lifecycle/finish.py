@@ -1,0 +1,76 @@
+"""After every pass: the status dumped once, Events for the transitions, pods stuck on a lost node force-deleted;
+and the merge patch the controller writes."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
+
+from .. import api
+from ..api.status import ConditionType, Phase, Reason
+from . import gang
+from .draft import Decision, Draft, JobEvent, Policy, clean_status
+from .pods import PodInfo
+
+
+def finish(draft: Draft) -> Decision:
+    """The status built by the steps as the API's model (api.GRPOJobStatus: the CRD's schema), dumped once."""
+    typed = api.GRPOJobStatus.model_validate(clean_status(draft.status))
+    draft.decision.job_status = typed
+    draft.decision.status = dump_status(typed)
+    transition_events(draft.job.status, draft.decision.status, draft.decision)
+    force_stuck(draft.pods.ours + draft.pods.stale, draft.now, draft.policy, draft.decision)
+    return draft.decision
+
+
+def dump_status(status: api.GRPOJobStatus) -> dict[str, Any]:
+    """A status as the CRD expects it (and the API server stores it): JSON values, fields never set or None left
+    out."""
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
+
+
+def transition_events(old: Mapping[str, Any], new: Mapping[str, Any], decision: Decision) -> None:
+    old_phase, new_phase = old.get("phase"), new.get("phase")
+    if new_phase != old_phase and new_phase is not None:
+        kind = "Warning" if new_phase in (Phase.FAILED, Phase.REJECTED, Phase.RESTARTING) else "Normal"
+        decision.events.append(JobEvent(kind, str(new_phase), new.get("message") or str(new_phase)))
+    old_c = {c.get("type"): c for c in old.get("conditions") or []}
+    for c in new.get("conditions") or []:
+        o = old_c.get(c["type"])
+        if c["type"] == ConditionType.UNSCHEDULABLE and c["status"] == "True" and (o is None or o.get("status") != "True"):
+            decision.events.append(JobEvent("Warning", Reason.UNSCHEDULABLE, c.get("message", "")))
+        if c["type"] == ConditionType.CREATED and c["status"] == "False" and c.get("reason") == Reason.CHILD_CONFLICT and (
+                o is None or o.get("message") != c.get("message")):
+            decision.events.append(JobEvent("Warning", Reason.CHILD_CONFLICT, c.get("message", "")))
+
+
+def force_stuck(pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy, decision: Decision) -> None:
+    """Pods still terminating `policy.force_delete_after` seconds past their deletionTimestamp are force-deleted
+    (their node's kubelet is gone: they would block the gang restart forever); the others are waited for."""
+    if policy.force_delete_after is None:
+        return
+    for p in pods:
+        if not p.deleting or p.deletion_due is None or p.synthetic:
+            continue
+        if p.gang.kueue_group and gang.kueue_inactive(p):
+            continue  # held by Kueue's finalizer until its replacement exists, not by a lost kubelet
+        late = (now - p.deletion_due).total_seconds()
+        if late >= policy.force_delete_after:
+            decision.force_delete_pods.append((p.name, f"pod {p.name} was still terminating {late:.0f}s after its "
+                                                       f"grace period ended (its node is unreachable?); force-deleted "
+                                                       f"so the job can go on"))
+        else:
+            decision.requeue(policy.force_delete_after - late)
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The merge patch that turns `old` status into `new` (None when they are equal)."""
+    patch: dict[str, Any] = {}
+    for k, v in new.items():
+        if old.get(k) != v:
+            patch[k] = v
+    for k in old:
+        if k not in new:
+            patch[k] = None
+    return patch or None

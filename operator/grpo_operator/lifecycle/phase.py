@@ -1,0 +1,99 @@
+"""The last step: the phase from the current attempt's pods (Succeeded, Running or Pending, and why), with the
+Unschedulable and Queued conditions."""
+
+from __future__ import annotations
+
+from ..api.status import ConditionType, Phase, Reason
+from . import progress
+from .conditions import fmt_time, get_condition
+from .draft import Draft, JobEvent
+from .pods import ROLE_TRAINER, PodInfo, PodPhase
+
+
+def phase_from_pods(draft: Draft) -> bool:
+    """Succeeded when every trainer pod succeeded, Running when every pod runs, else Pending (and why)."""
+    if succeeded(draft):
+        return True
+    current, attempt, nodes = draft.current, draft.pods.attempt, draft.nodes
+    observed = {p.name for p in draft.pods.current}
+    all_present = all(n in observed for n in draft.expected) and len(current) >= len(draft.expected)
+    all_running = all_present and all(p.phase in (PodPhase.RUNNING, PodPhase.SUCCEEDED) and p.live for p in current)
+    unschedulable, gated = _scheduling(draft, current)
+    if all_running:
+        draft.status["phase"] = Phase.RUNNING
+        draft.status["message"] = f"{nodes} node(s) running (attempt {attempt})"
+        draft.set(ConditionType.RUNNING, "True", Reason.ALL_NODES_RUNNING, draft.status["message"])
+    else:
+        _pending(draft, current, unschedulable, gated)
+    if any(p.synthetic for p in current):
+        draft.decision.requeue(draft.policy.expectation_ttl)
+    return True
+
+
+def succeeded(draft: Draft) -> bool:
+    """Every trainer pod succeeded: Succeeded, with the rank-0 pod's final progress record; TTL from now."""
+    status, current, nodes = draft.status, draft.current, draft.nodes
+    trainers = [p for p in current if p.role == ROLE_TRAINER]
+    if not (len(trainers) >= nodes and all(p.phase == PodPhase.SUCCEEDED for p in trainers)):
+        return False
+    status["phase"] = Phase.SUCCEEDED
+    status["completionTime"] = fmt_time(draft.now)
+    status["message"] = f"all {nodes} node(s) succeeded after {draft.pods.attempt} restart(s)"
+    for p in trainers:  # the rank-0 pod's final record: where training really ended
+        final = progress.from_result_message(p.message, status.get("progress"), draft.now.timestamp())
+        if final is not None:
+            status["progress"] = final
+            break
+    draft.set(ConditionType.SUCCEEDED, "True", Reason.ALL_NODES_SUCCEEDED, status["message"])
+    draft.clear(ConditionType.RUNNING, Reason.COMPLETED, "the job completed")
+    draft.clear(ConditionType.QUEUED, Reason.COMPLETED, "the job completed")
+    draft.clear(ConditionType.UNSCHEDULABLE, Reason.COMPLETED, "the job completed")
+    draft.decision.delete_pods += [p.name for p in current if p.role != ROLE_TRAINER and p.live]
+    ttl = draft.spec.runPolicy.ttlSecondsAfterFinished
+    if ttl is not None:
+        draft.decision.requeue(ttl)
+    return True
+
+
+def _scheduling(draft: Draft, current: list[PodInfo]) -> tuple[list[PodInfo], list[str]]:
+    """Unschedulable and Queued (held at the gang scheduler's gate): the conditions, and the pods concerned."""
+    unschedulable = [p for p in current if p.unschedulable]
+    if unschedulable:
+        p = unschedulable[0]
+        draft.set(ConditionType.UNSCHEDULABLE, "True", Reason.UNSCHEDULABLE,
+                  f"{len(unschedulable)} pod(s) unschedulable; {p.name}: {p.unschedulable}")
+    else:
+        draft.clear(ConditionType.UNSCHEDULABLE, Reason.SCHEDULED, "all pods are scheduled")
+    gated = draft.gang.queued(current)
+    if gated:
+        draft.set(ConditionType.QUEUED, "True", Reason.WAITING_FOR_KUEUE,
+                  f"{len(gated)} pod(s) wait for Kueue to admit their pod group (queue {draft.gang.queue()})")
+    else:
+        draft.clear(ConditionType.QUEUED, Reason.ADMITTED, "Kueue admitted the pod group")
+    return unschedulable, gated
+
+
+def _pending(draft: Draft, current: list[PodInfo], unschedulable: list[PodInfo], gated: list[str]) -> None:
+    """Pending, and why: unschedulable, queued, or the kubelet's waiting reason (also the Running condition's)."""
+    attempt = draft.pods.attempt
+    draft.status["phase"] = Phase.PENDING
+    waiting = [p for p in current if p.waiting]
+    running = sum(1 for p in current if p.phase in (PodPhase.RUNNING, PodPhase.SUCCEEDED))
+    message = f"{running}/{len(draft.expected)} pod(s) running (attempt {attempt})"
+    if unschedulable:
+        message += f"; unschedulable: {unschedulable[0].unschedulable}"
+    elif gated:
+        message += "; queued: waiting for Kueue to admit the pod group"
+    elif waiting:
+        message += f"; {waiting[0].name}: {waiting[0].waiting}"
+    draft.status["message"] = message
+    if waiting and not unschedulable:
+        # The kubelet's own reason (ErrImagePull, ImagePullBackOff, ErrImageNeverPull, CreateContainerConfigError…)
+        # as the Running condition's: a job whose image cannot be pulled says so, instead of an endless Pending.
+        reason = (waiting[0].waiting or "").split(":", 1)[0].strip() or Reason.PODS_NOT_RUNNING
+        previous = get_condition(draft.conditions, ConditionType.RUNNING) or {}
+        if previous.get("reason") != reason:
+            draft.decision.events.append(JobEvent("Warning", reason, message))
+        draft.set(ConditionType.RUNNING, "False", reason, message)
+    elif draft.is_true(ConditionType.RUNNING):
+        draft.set(ConditionType.RUNNING, "False", Reason.PODS_NOT_RUNNING, message)

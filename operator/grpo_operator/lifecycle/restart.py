@@ -1,0 +1,121 @@
+"""Attempts and gang restarts: which attempt is current, failures of the current attempt (restart or give up),
+an eviction by the gang scheduler (a restart not charged to the job), and the wait before the next attempt."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from ..api.status import ConditionType, Phase, Reason
+from .conditions import get_condition, parse_time
+from .draft import Draft, backoff_seconds
+from .pods import ROLE_TRAINER, Failure, PodPhase, classify
+from .terminal import fail
+
+
+def adopt_newest_attempt(draft: Draft) -> bool:
+    """status.restarts is the current attempt, unless pods of a newer one prove a lost status write."""
+    draft.status["restarts"] = draft.pods.attempt
+    return False
+
+
+def delete_other_attempts(draft: Draft) -> bool:
+    """Pods of an older attempt go first."""
+    draft.delete(draft.pods.other_attempt)
+    return False
+
+
+def current_failures(draft: Draft) -> list[Failure]:
+    """What went wrong in the current attempt: failed pods, pods deleted under a running gang, pods gone."""
+    failures: list[Failure] = []
+    for p in draft.pods.current:
+        if p.synthetic:
+            continue
+        if p.deleting:
+            # someone else deletes a pod of a running gang: the gang is broken. Before the gang ran (or
+            # after a resume) a pod on its way out is waited for and then recreated under the same name.
+            if draft.phase == Phase.RUNNING and p.phase != PodPhase.SUCCEEDED:
+                failures.append(Failure(True, Reason.POD_DELETED, f"pod {p.name} was deleted"))
+            continue
+        f = classify(p)
+        if f is not None:
+            if not f.retryable and p.role != ROLE_TRAINER:  # a vLLM server's exit code is not the trainer's contract
+                f = Failure(True, f.reason, f.message + " (vLLM server: retried)")
+            failures.append(f)
+    if draft.any_started and draft.phase in (Phase.RUNNING, Phase.PENDING, None):
+        present = {p.name for p in draft.pods.current}
+        for name in draft.expected:
+            if name not in present and name not in draft.conflict_names:
+                failures.append(Failure(True, Reason.POD_DELETED,
+                                        f"pod {name} disappeared (deleted or its node was lost)"))
+    return failures
+
+
+def restart_or_fail(draft: Draft) -> bool:
+    """A permanent failure fails the job; a retryable one restarts the whole gang after a backoff, up to
+    runPolicy.backoffLimit restarts. An eviction by the gang scheduler restarts it without charging the job."""
+    evicted = draft.gang.evicted(draft.pods.current)
+    if evicted:
+        return requeue_after_eviction(draft, evicted)
+    failures = current_failures(draft)
+    if not failures:
+        return False
+    status, limit = draft.status, draft.spec.runPolicy.backoffLimit
+    permanent = [f for f in failures if not f.retryable]
+    first = (permanent or failures)[0]
+    status["lastFailureReason"] = first.reason
+    if permanent:
+        return fail(draft, first.reason, first.message)
+    charged = status["restarts"] - draft.requeues  # the scheduler's evictions are not the job's failures
+    if charged >= limit:
+        return fail(draft, Reason.BACKOFF_LIMIT_EXCEEDED,
+                    f"{first.message}; runPolicy.backoffLimit={limit} restarts already used")
+    draft.next_attempt(charged=True)
+    charged += 1
+    status["phase"] = Phase.RESTARTING
+    delay = backoff_seconds(charged, draft.policy)
+    status["message"] = f"gang restart {charged}/{limit} in {delay:g}s: {first.message}"
+    draft.set(ConditionType.RESTARTING, "True", first.reason, status["message"], force_transition=True)
+    draft.clear(ConditionType.RUNNING, first.reason, "restarting all nodes")
+    draft.delete(draft.pods.ours)
+    draft.decision.requeue(delay)
+    return True
+
+
+def requeue_after_eviction(draft: Draft, evicted: str) -> bool:
+    """Kueue ended the pods (preemption, eviction: their TerminationTarget condition): not the job's failure. The
+    next attempt's pods replace them in the same group without a backoff and wait at Kueue's gate for the group
+    to be admitted again; runPolicy.backoffLimit is not spent."""
+    status = draft.status
+    attempt = draft.next_attempt(charged=False)
+    status["phase"] = Phase.RESTARTING
+    status["message"] = (f"Kueue evicted the pods ({evicted}); attempt {attempt} waits for Kueue to admit the group "
+                         "again (not counted against runPolicy.backoffLimit)")
+    draft.set(ConditionType.RESTARTING, "True", Reason.EVICTED_BY_KUEUE, status["message"], force_transition=True)
+    draft.clear(ConditionType.RUNNING, Reason.EVICTED_BY_KUEUE, "Kueue evicted the pods")
+    draft.delete(draft.pods.ours)
+    return True
+
+
+def wait_for_previous_attempt(draft: Draft) -> bool:
+    """The next attempt starts once the older attempt's pods are out of the way (as the gang policy requires:
+    gone, or under Kueue settled, lifecycle/gang.py says why) and the backoff has run out."""
+    if draft.pods.other_attempt:
+        ready, ending = draft.gang.ready_to_replace(draft.pods.other_attempt)
+        draft.end_groups(ending)
+        if not ready:
+            if draft.phase is None:
+                draft.status["phase"] = Phase.PENDING
+            return True
+    if not draft.is_true(ConditionType.RESTARTING) or draft.pods.current:
+        return False
+    restarting = get_condition(draft.conditions, ConditionType.RESTARTING) or {}
+    if restarting.get("reason") == Reason.EVICTED_BY_KUEUE:
+        return False  # the scheduler's own queue is the wait
+    since = parse_time(restarting.get("lastTransitionTime"))
+    charged = draft.pods.attempt - draft.requeues
+    due = (since or draft.now) + _dt.timedelta(seconds=backoff_seconds(charged, draft.policy))
+    if draft.now >= due:
+        return False
+    draft.status["phase"] = Phase.RESTARTING
+    draft.decision.requeue((due - draft.now).total_seconds())
+    return True
