@@ -38,7 +38,7 @@ from ..api.status import Phase
 from ..lifecycle import progress as progress_mod
 from ..render import manifests
 from ..rules import validation
-from . import events, kube, podwatch
+from . import events, ha, kube, podwatch
 from . import metrics as opmetrics
 from .expectations import Expectations
 from .scraper import ProgressScraper
@@ -113,6 +113,7 @@ class Controller:
                                         self.kick_later)
         self.events = events.EventRecorder(self._send_event)
         self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0}
+        self.gate = ha.Gate(config.leader_elect)  # --leader-elect: a standby acts on nothing (ha.py)
 
     def __copy__(self) -> Controller:
         # kopf shallow-copies the operator's memo for every object it watches (3000 copies at 1000 jobs); the
@@ -405,6 +406,8 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         return
     @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
     async def job_event(event: Any, body: Any, **_: Any) -> None:
+        if not ha.admit_event(controller.gate, event, body):
+            return
         controller.ensure_background()
         # The decoded event is kopf's and is never modified after the event (by kopf or by us): keep it as it is
         # (observe_job drops managedFields) instead of deep-copying ~1000 objects per burst.
