@@ -38,7 +38,7 @@ from ..api.status import Phase
 from ..lifecycle import progress as progress_mod
 from ..render import manifests
 from ..rules import validation
-from . import events, ha, kube, podwatch
+from . import events, ha, kube, podwatch, webhookconfig
 from . import metrics as opmetrics
 from .expectations import Expectations
 from .scraper import ProgressScraper
@@ -456,8 +456,6 @@ def settings_for(cfg: Settings) -> kopf.OperatorSettings:
         addr, port = opmetrics.parse_listen(cfg.webhook_listen)
         settings.admission.server = webhook.server(addr, port, cfg.webhook_host, cfg.webhook_cert_dir,
                                                    cfg.webhook_service)
-        if cfg.webhook_manage:
-            settings.admission.managed = cfg.webhook_config_name
     return settings
 
 
@@ -466,8 +464,11 @@ def build(cfg: Settings) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, 
     controller = Controller(cfg)
     opmetrics.track_jobs(lambda: list(controller.jobs.values()))
     register(registry, controller)
+    settings = settings_for(cfg)
     if cfg.webhook_listen:
         from ..webhook import server as webhook
 
         webhook.register(registry, opmetrics.count_review)
-    return registry, settings_for(cfg), controller
+        if cfg.webhook_manage:  # our own writer of the configuration, not kopf's managed mode (webhookconfig.py)
+            settings.admission.server = webhookconfig.publishing(settings.admission.server, lambda: controller.kube, cfg)
+    return registry, settings, controller

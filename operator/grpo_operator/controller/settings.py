@@ -37,6 +37,7 @@ class Settings:
     webhook_cert_dir: Optional[str] = None
     webhook_service: Optional[str] = None  # NAMESPACE/NAME[:PORT]: register by Service reference (in-cluster)
     webhook_config_name: str = "grpo-operator.grpo.dev"
+    webhook_create: bool = True  # False (the chart): the configuration exists, the operator only patches it
     liveness: Optional[str] = None
     json_logs: bool = False
     log_level: str = "INFO"
@@ -75,6 +76,7 @@ class Settings:
             webhook_cert_dir=e.get("GRPO_WEBHOOK_CERT_DIR") or None,
             webhook_service=e.get("GRPO_WEBHOOK_SERVICE") or None,
             webhook_config_name=e.get("GRPO_WEBHOOK_CONFIG_NAME", "grpo-operator.grpo.dev"),
+            webhook_create=e.get("GRPO_WEBHOOK_CREATE", "1") not in ("0", "false", "no"),
             liveness=e.get("GRPO_LIVENESS") or None,
             json_logs=e.get("GRPO_LOG_FORMAT", "") == "json",
             log_level=e.get("GRPO_LOG_LEVEL", "INFO"),
