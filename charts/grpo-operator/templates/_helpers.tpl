@@ -108,6 +108,11 @@ The reason for each is in docs/install.md ("RBAC").
 - apiGroups: ["grpo.dev"]
   resources: ["grpojobs/status"]
   verbs: ["patch"]
+# the owner references on a job's children set blockOwnerDeletion: OwnerReferencesPermissionEnforcement (on by
+# default in OpenShift) refuses them without update on the owner's finalizers
+- apiGroups: ["grpo.dev"]
+  resources: ["grpojobs/finalizers"]
+  verbs: ["update"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "get", "create", "delete"]

@@ -216,8 +216,9 @@ def test_no_secret_access_and_no_wildcards_in_any_mode() -> None:
         for where, group, resources, verbs, names in rules_of(render(values)):
             assert "secrets" not in resources, (name, where)
             assert "*" not in resources and "*" not in verbs and group != "*", (name, where)
-            if (group, resources) == ("coordination.k8s.io", ("leases",)) and names:
-                verbs = tuple(v for v in verbs if v != "update")  # renewing the one Lease is an update (PUT)
+            if ((group, resources) == ("coordination.k8s.io", ("leases",)) and names) or resources == ("grpojobs/finalizers",):
+                # renewing the one Lease is an update (PUT); finalizers: for blockOwnerDeletion, grants nothing else
+                verbs = tuple(v for v in verbs if v != "update")
             assert not {"update", "deletecollection", "escalate", "bind", "impersonate"} & set(verbs), (name, where)
 
 
@@ -431,3 +432,28 @@ def test_lifecycle_values_reach_the_operator(values: dict[str, Any], force: str,
     policy = Settings.from_env(env).policy  # what the operator makes of them
     assert policy.force_delete_after == (None if force == "off" else float(force))
     assert (policy.backoff_base, policy.backoff_cap) == (float(base), float(cap))
+
+
+def test_finalizers_update_is_granted_for_block_owner_deletion() -> None:
+    for name in ("default", "namespaced"):
+        rules = rules_of(render(VALUE_SETS.get(name, {})))
+        assert any(g == "grpo.dev" and res == ("grpojobs/finalizers",) and verbs == ("update",)
+                   for _, g, res, verbs, _ in rules), name
+
+
+def test_network_policy_admits_job_pods_the_operator_and_named_scrapers() -> None:
+    assert not by_kind(render(VALUE_SETS["namespaced"]), "NetworkPolicy")  # off by default
+    prom = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    docs = render({**VALUE_SETS["namespaced"], "networkPolicy": {"enabled": True, "metricsFrom": [prom]}})
+    pols = by_kind(docs, "NetworkPolicy")
+    assert sorted(p["metadata"]["namespace"] for p in pols) == ["team-a", "team-b"]
+    spec = pols[0]["spec"]
+    job_pods = {"matchExpressions": [{"key": "grpo.dev/job-name", "operator": "Exists"}]}
+    assert spec["podSelector"] == job_pods and spec["policyTypes"] == ["Ingress"]
+    each_other, metrics = spec["ingress"]
+    assert each_other == {"from": [{"podSelector": job_pods}]}  # c10d, NCCL, vLLM and its weight sync: every port
+    assert metrics["ports"] == [{"port": 9400, "protocol": "TCP"}]
+    assert metrics["from"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": NAMESPACE}
+    assert metrics["from"][1] == prom
+    cp = helm(HELMS[0], "template", "x", str(CHART), values={"networkPolicy": {"enabled": True}}, check=False)
+    assert cp.returncode != 0 and "networkPolicy.namespaces" in cp.stderr
