@@ -57,7 +57,18 @@ ABS_PATH_PATTERN = r"^(/([A-Za-z0-9_\-][A-Za-z0-9._\-]*|\.[A-Za-z0-9_\-][A-Za-z0
 BUILTIN_REWARDS = ("accuracy", "format", "length")
 
 # A Kubernetes quantity: an int, or a string. GPUs must be whole numbers (rules/topology.py checks that).
-Quantity = Union[StrictInt, StrictStr]
+Quantity = Union[StrictInt, Annotated[StrictStr, Field(max_length=64)]]
+
+# Bounds on every list, map and free string of the spec (they go into the CRD's schema, so the API server refuses an
+# oversized object before it is stored, and the validator refuses it with a short message): generous for real jobs,
+# far from what would make a denial, a status or a pod spec huge.
+MAX_STR = 4096  # a free string (the models' str_max_length)
+MAX_MAP = 64  # entries of a map (labels, annotations, nodeSelector, resources)
+MAX_ENV = 256
+MAX_VOLUMES = 64
+MAX_TOLERATIONS = 64
+MAX_PULL_SECRETS = 16
+MAX_LIST = 1024  # a TRL list argument
 
 
 class _Model(BaseModel):
@@ -113,12 +124,12 @@ class RewardSpec(_Model):
 
 
 class ResourceRequirements(_Model):
-    limits: dict[Annotated[str, Field(max_length=253)], Quantity] = Field(
+    limits: Annotated[dict[Annotated[str, Field(max_length=253)], Quantity], Field(max_length=MAX_MAP)] = Field(
         default_factory=dict,
         description="Per node (per pod) limits, e.g. {nvidia.com/gpu: 4, memory: 64Gi}. The GPU count sets "
         "nprocPerNode.",
     )
-    requests: dict[Annotated[str, Field(max_length=253)], Quantity] = Field(
+    requests: Annotated[dict[Annotated[str, Field(max_length=253)], Quantity], Field(max_length=MAX_MAP)] = Field(
         default_factory=dict,
         description="Per node requests. For a GPU resource, requests must equal limits (Kubernetes requires it).",
     )
@@ -184,15 +195,17 @@ class SecretKeyRef(_Model):
 
 class EnvVar(_Model):
     name: Annotated[str, Field(min_length=1, max_length=256, pattern=ENV_NAME)] = Field(description="Variable name.")
-    value: Optional[str] = Field(default=None, description="Literal value.")
+    value: Optional[Annotated[str, Field(max_length=MAX_STR)]] = Field(default=None, description="Literal value.")
     valueFrom: Optional[dict[str, Any]] = Field(
         default=None, description="A Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, …)."
     )
 
 
 class TemplateMetadata(_Model):
-    labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(default_factory=dict, description="Extra pod labels.")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
+    labels: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=MAX_MAP)] = Field(
+        default_factory=dict, description="Extra pod labels.")
+    annotations: Annotated[dict[str, Annotated[str, Field(max_length=MAX_STR)]], Field(max_length=MAX_MAP)] = Field(
+        default_factory=dict, description="Extra pod annotations.")
 
     @field_validator("labels")
     @classmethod
@@ -218,17 +231,23 @@ K8sObject = dict[str, Any]
 
 class PodTemplate(_Model):
     metadata: TemplateMetadata = Field(default_factory=TemplateMetadata, description="Extra pod labels and annotations.")
-    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Pod nodeSelector.")
-    tolerations: list[K8sObject] = Field(default_factory=list, description="Pod tolerations (Kubernetes Toleration objects).")
+    nodeSelector: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=MAX_MAP)] = Field(
+        default_factory=dict, description="Pod nodeSelector.")
+    tolerations: Annotated[list[K8sObject], Field(max_length=MAX_TOLERATIONS)] = Field(
+        default_factory=list, description="Pod tolerations (Kubernetes Toleration objects).")
     affinity: Optional[K8sObject] = Field(default=None, description="Pod affinity (a Kubernetes Affinity object).")
     priorityClassName: Optional[Annotated[str, Field(max_length=253)]] = Field(default=None, description="Pod priority class.")
     schedulerName: Optional[Annotated[str, Field(max_length=253)]] = Field(default=None, description="Scheduler (e.g. a gang scheduler).")
     serviceAccountName: Optional[Annotated[str, Field(max_length=253)]] = Field(default=None, description="ServiceAccount of the trainer pods.")
     runtimeClassName: Optional[Annotated[str, Field(max_length=253)]] = Field(default=None, description="Runtime class.")
-    imagePullSecrets: list[K8sObject] = Field(default_factory=list, description="Image pull secrets ({name: …}).")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables of the trainer container.")
-    volumes: list[K8sObject] = Field(default_factory=list, description="Extra pod volumes (Kubernetes Volume objects).")
-    volumeMounts: list[K8sObject] = Field(default_factory=list, description="Extra mounts in the trainer container.")
+    imagePullSecrets: Annotated[list[K8sObject], Field(max_length=MAX_PULL_SECRETS)] = Field(
+        default_factory=list, description="Image pull secrets ({name: …}).")
+    env: Annotated[list[EnvVar], Field(max_length=MAX_ENV)] = Field(
+        default_factory=list, description="Extra environment variables of the trainer container.")
+    volumes: Annotated[list[K8sObject], Field(max_length=MAX_VOLUMES)] = Field(
+        default_factory=list, description="Extra pod volumes (Kubernetes Volume objects).")
+    volumeMounts: Annotated[list[K8sObject], Field(max_length=MAX_VOLUMES)] = Field(
+        default_factory=list, description="Extra mounts in the trainer container.")
     shmSize: Optional[Quantity] = Field(
         default=None, description="Size of the /dev/shm emptyDir (NCCL needs more than the container default). Default 16Gi with GPUs."
     )
@@ -275,11 +294,11 @@ def _training_field(f: trl_fields.TrlField) -> tuple[Any, Any]:
     elif kind == "float":
         tp = Annotated[float, Field(allow_inf_nan=False)]
     elif kind == "str":
-        tp = Literal[tuple(f.choices)] if f.choices else StrictStr  # type: ignore[misc]
+        tp = Literal[tuple(f.choices)] if f.choices else Annotated[StrictStr, Field(max_length=MAX_STR)]  # type: ignore[misc]
     elif kind == "list[str]":
-        tp = list[StrictStr]
+        tp = Annotated[list[Annotated[StrictStr, Field(max_length=MAX_STR)]], Field(max_length=MAX_LIST)]
     elif kind == "list[float]":
-        tp = list[float]
+        tp = Annotated[list[float], Field(max_length=MAX_LIST)]
     elif kind == "dict":
         tp = dict[str, Any]
     elif kind == "int-or-string":
