@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from grpo_trainer import contract
 from pydantic import BaseModel, ValidationError
 
 from .. import api
@@ -236,6 +237,29 @@ def capped(errors: list[FieldError], limit: int = MAX_ERRORS) -> list[FieldError
     return errors[:limit] + [FieldError("spec", f"…and {len(errors) - limit} more errors (fix these first)")]
 
 
+# Volumes and mount paths the operator adds to every trainer pod (render/manifests.py `_volumes`; a unit test keeps the
+# two in step): a user's volume or mount that collides makes the API server refuse the pod, long after admission.
+RESERVED_VOLUMES = ("tmp", "config", "output", "dshm")
+RESERVED_MOUNT_PATHS = ("/tmp", contract.CONFIG_DIR, "/dev/shm")
+
+
+def _reserved_errors(spec: api.GRPOJobSpec) -> list[FieldError]:
+    errors = []
+    for i, vol in enumerate(spec.template.volumes):
+        if vol.get("name") in RESERVED_VOLUMES:
+            errors.append(FieldError(f"spec.template.volumes[{i}].name",
+                                     f"{vol.get('name')!r} is the name of a volume the operator adds to every trainer "
+                                     f"pod (reserved: {', '.join(RESERVED_VOLUMES)}): rename it"))
+    taken = {*RESERVED_MOUNT_PATHS, spec.output.path}
+    for i, mount in enumerate(spec.template.volumeMounts):
+        path = str(mount.get("mountPath", "")).rstrip("/") or "/"
+        if path in taken:
+            errors.append(FieldError(f"spec.template.volumeMounts[{i}].mountPath",
+                                     f"{path} is already mounted by the operator ({', '.join(sorted(taken))}: the "
+                                     "pod's /tmp, its config, /dev/shm and spec.output.path): mount elsewhere"))
+    return errors
+
+
 def validate_spec(name: str, spec_doc: Any) -> ValidationResult:
     """Validate a spec (the dict under .spec) for a job called `name`."""
     res = _validate_spec(name, spec_doc)
@@ -259,6 +283,7 @@ def _validate_spec(name: str, spec_doc: Any) -> ValidationResult:
         res.errors += _pydantic_errors(exc)
         return res
     res.job = api.GRPOJob(metadata=api.ObjectMeta(name=name), spec=spec)
+    res.errors += _reserved_errors(spec)
     topo, terrs = topology.resolve(spec.nodes, spec.resources.limits, spec.resources.requests, spec.nprocPerNode)
     res.errors += [FieldError(e.field, e.message) for e in terrs]
     if topo is None:

@@ -62,3 +62,22 @@ def test_deep_and_huge_specs_are_refused_in_one_line() -> None:
     res = validation.validate(big)
     assert [e.field for e in res.errors] == ["spec"] and "too large" in res.errors[0].message
     assert validation.validate(manifest("fine")).valid
+
+
+def test_reserved_volume_names_and_mount_paths_are_refused_and_match_the_renderer() -> None:
+    from grpo_operator.render import manifests
+
+    job = manifest("plain", gpus=4)
+    res = validation.validate(job)
+    assert res.valid and res.job is not None and res.topology is not None
+    pod = next(o for o in manifests.render(res.job, res.topology, "ns") if o["kind"] == "Pod")
+    names = {v["name"] for v in pod["spec"]["volumes"]}
+    paths = {m["mountPath"] for c in pod["spec"]["containers"] for m in c.get("volumeMounts") or []}
+    assert names <= set(validation.RESERVED_VOLUMES)
+    assert paths <= set(validation.RESERVED_MOUNT_PATHS) | {res.job.spec.output.path}
+    job["spec"]["template"] = {"volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "mine", "emptyDir": {}}],
+                               "volumeMounts": [{"name": "mine", "mountPath": "/etc/grpo/"},
+                                                {"name": "mine", "mountPath": "/data"}]}
+    res = validation.validate(job)
+    assert [e.field for e in res.errors] == ["spec.template.volumes[0].name", "spec.template.volumeMounts[0].mountPath"]
+    assert "rename it" in res.errors[0].message and "mount elsewhere" in res.errors[1].message
