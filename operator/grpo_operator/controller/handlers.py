@@ -38,7 +38,7 @@ from ..api.status import Phase
 from ..lifecycle import progress as progress_mod
 from ..render import manifests
 from ..rules import validation
-from . import events, ha, kube, podwatch, webhookconfig
+from . import events, ha, kube, podwatch, refused, webhookconfig
 from . import metrics as opmetrics
 from .expectations import Expectations
 from .scraper import ProgressScraper
@@ -325,7 +325,7 @@ class Controller:
         if not all(results):
             return  # a ConfigMap/Service/PodGroup of ours is missing or owned by something else: pods would use the wrong one
         self.expectations.created(key, [p["metadata"]["name"] for p in pods], attempt)
-        await asyncio.gather(*(self._create_one(key, uid, o) for o in pods))
+        await asyncio.gather(*(self._create_one(key, uid, o, body) for o in pods))
 
     async def _create_one(self, key: Key, uid: str, obj: dict[str, Any], job: Optional[dict[str, Any]] = None) -> bool:
         assert self.kube is not None
@@ -339,6 +339,7 @@ class Controller:
             pass  # AlreadyExists (or our own ambiguous earlier write): ours is success
         except kube.ApiError as exc:
             if kind not in kube.GROUP_PLURALS or exc.status not in (403, 404):
+                refused.report(self, key, obj, exc, job)  # a FailedCreate Event with the server's message
                 raise
             # the gang scheduler's CRD is not installed, or the operator may not create PodGroups: no pods (the
             # scheduler would refuse them, or schedule them one by one); say so, and try again later
