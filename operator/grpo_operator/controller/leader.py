@@ -133,6 +133,7 @@ class Elector:
         self.record: Optional[Record] = None
         self.observed = Observed()
         self.acquired_at: Optional[float] = None  # wall-clock, for the log and the tests
+        self.acquire_time = ""  # the Lease's acquireTime as we wrote it
 
     @property
     def path(self) -> str:
@@ -175,7 +176,9 @@ class Elector:
         spec: dict[str, Any] = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.timing.lease),
                                 "renewTime": now, "leaseTransitions": transitions}
         if acquire:
-            spec["acquireTime"] = now
+            self.acquire_time = now
+        if self.acquire_time:
+            spec["acquireTime"] = self.acquire_time  # a PUT replaces the spec: keep it on every renew
         return spec
 
     async def _try_acquire(self) -> None:
