@@ -92,7 +92,9 @@ class Install:
             env["GRPO_METRICS_LISTEN"] = self.metrics_url[len("http://"):-len("/metrics")]
         import os
 
-        return {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"), **env,
+        # PYTHONPATH: a checkout's own code wins over an editable install of another (shared venvs)
+        return {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"),
+                **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}), **env,
                 "KUBECONFIG": str(kubeconfig), "GRPO_RESYNC_SECONDS": "5", "GRPO_BACKOFF_BASE_SECONDS": "0.5"}
 
     def start_operator(self, replica: int = 0) -> None:
