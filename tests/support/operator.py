@@ -73,6 +73,9 @@ class OperatorProcess:
 
     def stop(self) -> None:
         self.proc.stop()
+        if self.webhook:  # the operator keeps its webhook when it stops (failurePolicy Fail): never leave one behind
+            self.kubectl("delete", "validatingwebhookconfiguration", "grpo-operator.grpo.dev", "--ignore-not-found",
+                         check=False)
 
     def kill(self) -> None:
         self.proc.kill()

@@ -14,7 +14,6 @@ MAX_MODULE_LINES = 450
 
 # "path" or "path:function" (relative to the repository) -> why it may be longer for now
 EXCEPTIONS = {
-    "operator/grpo_operator/controller/settings.py:parse": "split by the leader-election change",
 }
 
 

@@ -70,8 +70,13 @@ app.kubernetes.io/part-of: grpo-operator
 {{- if not .Values.watch.namespaces -}}true{{- end -}}
 {{- end -}}
 
-{{- define "grpo-operator.peering" -}}
+{{/* replicaCount > 1: leader election on a Lease (grpo-operator --leader-elect) */}}
+{{- define "grpo-operator.leaderElect" -}}
 {{- if gt (int .Values.replicaCount) 1 -}}true{{- end -}}
+{{- end -}}
+
+{{- define "grpo-operator.leaseName" -}}
+{{- .Values.leaderElection.leaseName | default (include "grpo-operator.fullname" .) -}}
 {{- end -}}
 
 {{- define "grpo-operator.operatorManagedWebhook" -}}
@@ -84,7 +89,7 @@ app.kubernetes.io/part-of: grpo-operator
 
 {{/* Combinations the schema cannot explain well: refuse them with a message. */}}
 {{- define "grpo-operator.checks" -}}
-{{- if and (include "grpo-operator.peering" .) (include "grpo-operator.operatorManagedWebhook" .) -}}
+{{- if and (include "grpo-operator.leaderElect" .) (include "grpo-operator.operatorManagedWebhook" .) -}}
 {{- fail (printf "replicaCount=%d needs webhook.certificates=cert-manager (every replica must serve the webhook with the same certificate; with certificates=operator each replica would generate its own CA and overwrite the others' caBundle) or webhook.enabled=false" (int .Values.replicaCount)) -}}
 {{- end -}}
 {{- if and (not .Values.rbac.create) (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) -}}
@@ -103,6 +108,11 @@ The reason for each is in docs/install.md ("RBAC").
 - apiGroups: ["grpo.dev"]
   resources: ["grpojobs/status"]
   verbs: ["patch"]
+# the owner references on a job's children set blockOwnerDeletion: OwnerReferencesPermissionEnforcement (on by
+# default in OpenShift) refuses them without update on the owner's finalizers
+- apiGroups: ["grpo.dev"]
+  resources: ["grpojobs/finalizers"]
+  verbs: ["update"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "get", "create", "delete"]
@@ -115,17 +125,13 @@ The reason for each is in docs/install.md ("RBAC").
 {{- end -}}
 
 {{/*
-Operator-managed webhook configuration (webhook.certificates=operator): kopf creates its configuration objects
-(create cannot be limited by name: RBAC checks it before the object exists) and then patches only its own.
-kopf manages a MutatingWebhookConfiguration of the same name alongside the validating one (it stays empty: the
-operator has no mutating handlers), so it needs the same two verbs there.
+Operator-managed webhook configuration (webhook.certificates=operator): the chart creates the (empty)
+ValidatingWebhookConfiguration; the operator only patches that one object (URL/Service + caBundle,
+controller/webhookconfig.py). No create (RBAC cannot limit create by name) and nothing on mutating configurations.
 */}}
 {{- define "grpo-operator.webhookRules" -}}
 - apiGroups: ["admissionregistration.k8s.io"]
-  resources: ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"]
-  verbs: ["create"]
-- apiGroups: ["admissionregistration.k8s.io"]
-  resources: ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"]
+  resources: ["validatingwebhookconfigurations"]
   resourceNames: [{{ include "grpo-operator.webhookConfigName" . | quote }}]
   verbs: ["patch"]
 {{- end -}}

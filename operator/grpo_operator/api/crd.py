@@ -89,6 +89,8 @@ class _Converter:
                     out["x-kubernetes-preserve-unknown-fields"] = True
                 else:
                     out["additionalProperties"] = self.convert(extra)
+            if "maxProperties" in schema:  # the models' bounds on maps (labels, env-like maps, resources)
+                out["maxProperties"] = schema["maxProperties"]
             return {**out, **desc}
         if kind == "array":
             items = schema.get("items", {})

@@ -21,7 +21,20 @@ from pydantic import (
 )
 
 from . import trl_fields
-from .base import IMAGE_PATTERN, INT32_MAX, Quantity, ResourceRequirements, _Model
+from .base import (
+    IMAGE_PATTERN,
+    INT32_MAX,
+    MAX_ENV,
+    MAX_LIST,
+    MAX_MAP,
+    MAX_PULL_SECRETS,
+    MAX_STR,
+    MAX_TOLERATIONS,
+    MAX_VOLUMES,
+    Quantity,
+    ResourceRequirements,
+    _Model,
+)
 from .status import ConditionType, Phase, listing
 from .vllm_server import VllmServerSpec
 
@@ -166,15 +179,17 @@ class SecretKeyRef(_Model):
 
 class EnvVar(_Model):
     name: Annotated[str, Field(min_length=1, max_length=256, pattern=ENV_NAME)] = Field(description="Variable name.")
-    value: Optional[str] = Field(default=None, description="Literal value.")
+    value: Optional[Annotated[str, Field(max_length=MAX_STR)]] = Field(default=None, description="Literal value.")
     valueFrom: Optional[dict[str, Any]] = Field(
         default=None, description="A Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, …)."
     )
 
 
 class TemplateMetadata(_Model):
-    labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(default_factory=dict, description="Extra pod labels.")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
+    labels: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=MAX_MAP)] = Field(
+        default_factory=dict, description="Extra pod labels.")
+    annotations: Annotated[dict[str, Annotated[str, Field(max_length=MAX_STR)]], Field(max_length=MAX_MAP)] = Field(
+        default_factory=dict, description="Extra pod annotations.")
 
     @field_validator("labels")
     @classmethod
@@ -201,8 +216,10 @@ K8sObject = dict[str, Any]
 
 class PodTemplate(_Model):
     metadata: TemplateMetadata = Field(default_factory=TemplateMetadata, description="Extra pod labels and annotations.")
-    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Pod nodeSelector.")
-    tolerations: list[K8sObject] = Field(default_factory=list, description="Pod tolerations (Kubernetes Toleration objects).")
+    nodeSelector: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=MAX_MAP)] = Field(
+        default_factory=dict, description="Pod nodeSelector.")
+    tolerations: Annotated[list[K8sObject], Field(max_length=MAX_TOLERATIONS)] = Field(
+        default_factory=list, description="Pod tolerations (Kubernetes Toleration objects).")
     affinity: Optional[K8sObject] = Field(default=None, description="Pod affinity (a Kubernetes Affinity object).")
     priorityClassName: Optional[Annotated[str, Field(max_length=253)]] = Field(default=None, description="Pod priority class.")
     schedulerName: Optional[Annotated[str, Field(max_length=253)]] = Field(
@@ -210,10 +227,14 @@ class PodTemplate(_Model):
     serviceAccountName: Optional[Annotated[str, Field(max_length=253)]] = Field(
         default=None, description="ServiceAccount of the trainer pods.")
     runtimeClassName: Optional[Annotated[str, Field(max_length=253)]] = Field(default=None, description="Runtime class.")
-    imagePullSecrets: list[K8sObject] = Field(default_factory=list, description="Image pull secrets ({name: …}).")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables of the trainer container.")
-    volumes: list[K8sObject] = Field(default_factory=list, description="Extra pod volumes (Kubernetes Volume objects).")
-    volumeMounts: list[K8sObject] = Field(default_factory=list, description="Extra mounts in the trainer container.")
+    imagePullSecrets: Annotated[list[K8sObject], Field(max_length=MAX_PULL_SECRETS)] = Field(
+        default_factory=list, description="Image pull secrets ({name: …}).")
+    env: Annotated[list[EnvVar], Field(max_length=MAX_ENV)] = Field(
+        default_factory=list, description="Extra environment variables of the trainer container.")
+    volumes: Annotated[list[K8sObject], Field(max_length=MAX_VOLUMES)] = Field(
+        default_factory=list, description="Extra pod volumes (Kubernetes Volume objects).")
+    volumeMounts: Annotated[list[K8sObject], Field(max_length=MAX_VOLUMES)] = Field(
+        default_factory=list, description="Extra mounts in the trainer container.")
     shmSize: Optional[Quantity] = Field(
         default=None,
         description="Size of the /dev/shm emptyDir (NCCL needs more than the container default). Default 16Gi with GPUs."
@@ -261,11 +282,11 @@ def _training_field(f: trl_fields.TrlField) -> tuple[Any, Any]:
     elif kind == "float":
         tp = Annotated[float, Field(allow_inf_nan=False)]
     elif kind == "str":
-        tp = Literal[tuple(f.choices)] if f.choices else StrictStr
+        tp = Literal[tuple(f.choices)] if f.choices else Annotated[StrictStr, Field(max_length=MAX_STR)]
     elif kind == "list[str]":
-        tp = list[StrictStr]
+        tp = Annotated[list[Annotated[StrictStr, Field(max_length=MAX_STR)]], Field(max_length=MAX_LIST)]
     elif kind == "list[float]":
-        tp = list[float]
+        tp = Annotated[list[float], Field(max_length=MAX_LIST)]
     elif kind == "dict":
         tp = dict[str, Any]
     elif kind == "int-or-string":

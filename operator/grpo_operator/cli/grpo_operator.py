@@ -23,7 +23,7 @@ from typing import Any, Optional
 for _client in ("kubernetes", "kubernetes_asyncio", "pykube"):
     sys.modules.setdefault(_client, None)  # type: ignore[arg-type]
 
-from ..controller import handlers, settings  # noqa: E402 — after the block above
+from ..controller import handlers, registration, settings  # noqa: E402 — after the block above
 
 
 class JsonFormatter(logging.Formatter):
@@ -77,6 +77,11 @@ def run(cfg: settings.Settings, stop_flag: Optional[Any] = None, ready_flag: Opt
             from ..controller import metrics
 
             runner = await metrics.serve(cfg.metrics_listen)
+        elected = None
+        if cfg.leader_elect:  # the controller waits for the Lease (controller/ha.py); kopf serves the webhook now
+            from ..controller import ha
+
+            elected = await ha.start(cfg, controller, registration._login)
         try:
             await kopf.operator(
                 registry=registry, settings=kopf_settings, clusterwide=clusterwide,
@@ -85,6 +90,8 @@ def run(cfg: settings.Settings, stop_flag: Optional[Any] = None, ready_flag: Opt
                 stop_flag=stop_flag, ready_flag=ready_flag, memo=controller, priority=priority,
             )
         finally:
+            if elected is not None:
+                await ha.stop(*elected)
             if runner is not None:
                 await runner.cleanup()
 
@@ -118,8 +125,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = parse_args(argv)
     setup_logging(cfg.json_logs, cfg.log_level)
     logging.getLogger("grpo_operator").info(
-        "grpo-operator starting: namespaces=%s webhook=%s manage=%s image=%s",
-        "*" if cfg.all_namespaces else ",".join(cfg.namespaces), cfg.webhook_listen, cfg.webhook_manage, cfg.image)
+        "grpo-operator starting: namespaces=%s webhook=%s manage=%s image=%s leader-elect=%s",
+        "*" if cfg.all_namespaces else ",".join(cfg.namespaces), cfg.webhook_listen, cfg.webhook_manage, cfg.image,
+        cfg.leader_elect_lease if cfg.leader_elect else "off")
     # Everything imported so far lives forever: keep it out of the cyclic GC's full collections, which otherwise
     # re-scan the ~80k objects of kopf, pydantic, aiohttp and our modules every time the job cache grows.
     gc.freeze()

@@ -38,7 +38,7 @@ from ..api.status import Phase
 from ..lifecycle import progress as progress_mod
 from ..render import manifests
 from ..rules import validation
-from . import events, kube, podwatch, registration
+from . import events, ha, kube, podwatch, refused, registration, webhookconfig
 from . import metrics as opmetrics
 from .expectations import Expectations
 from .ratelimit import RateLimiter
@@ -138,6 +138,7 @@ class Controller:
         self.group_ends = RateLimiter(END_KUEUE_GROUP_RESEND_SECONDS)
         self.pod_group_events = RateLimiter(POD_GROUP_EVENT_SECONDS)
         self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0}
+        self.gate = ha.Gate(config.leader_elect)  # --leader-elect: a standby acts on nothing (ha.py)
 
     def __copy__(self) -> Controller:
         # kopf shallow-copies the operator's memo for every object it watches (3000 copies at 1000 jobs); the
@@ -357,7 +358,7 @@ class Controller:
         if not all(results):
             return  # a ConfigMap/Service/PodGroup of ours is missing or owned by something else: pods would use the wrong one
         self.expectations.created(key, [p["metadata"]["name"] for p in pods], attempt)
-        await asyncio.gather(*(self._create_one(key, uid, o) for o in pods))
+        await asyncio.gather(*(self._create_one(key, uid, o, body) for o in pods))
 
     async def _create_one(self, key: Key, uid: str, obj: dict[str, Any], job: Optional[dict[str, Any]] = None) -> bool:
         assert self.kube is not None
@@ -371,6 +372,7 @@ class Controller:
             pass  # AlreadyExists (or our own ambiguous earlier write): ours is success
         except kube.ApiError as exc:
             if kind not in kube.GROUP_PLURALS or exc.status not in (403, 404):
+                refused.report(self, key, obj, exc, job)  # a FailedCreate Event with the server's message
                 raise
             # the gang scheduler's CRD is not installed, or the operator may not create PodGroups: no pods (the
             # scheduler would refuse them, or schedule them one by one); say so, and try again later
@@ -413,8 +415,11 @@ def build(cfg: Settings) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, 
     controller = Controller(cfg)
     opmetrics.track_jobs(lambda: list(controller.jobs.values()))
     registration.register(registry, controller)
+    settings = registration.settings_for(cfg)
     if cfg.webhook_listen:
         from ..webhook import server as webhook
 
         webhook.register(registry, opmetrics.count_review)
-    return registry, registration.settings_for(cfg), controller
+        if cfg.webhook_manage:  # our own writer of the configuration, not kopf's managed mode (webhookconfig.py)
+            settings.admission.server = webhookconfig.publishing(settings.admission.server, lambda: controller.kube, cfg)
+    return registry, settings, controller

@@ -23,6 +23,15 @@ log = logging.getLogger("grpo_operator.kube")
 
 MERGE_PATCH = "application/merge-patch+json"
 
+# Leader election's fence (leader.Elector.fence), called before every write: it raises or exits when this replica
+# does not hold the Lease (or could not renew it in time). None: no leader election, every write goes.
+_fence: Optional[Callable[[], None]] = None
+
+
+def set_fence(check: Optional[Callable[[], None]]) -> None:
+    global _fence
+    _fence = check
+
 
 class ApiError(Exception):
     def __init__(self, status: int, reason: str, message: str, body: Any = None):
@@ -143,7 +152,9 @@ class Kube:
                     yield event
 
     async def request(self, method: str, path: str, *, body: Any = None, params: Optional[dict] = None,
-                      content_type: str = "application/json", decode: bool = True) -> Any:
+                      content_type: str = "application/json", decode: bool = True, fenced: bool = True) -> Any:
+        if fenced and method != "GET" and _fence is not None:
+            _fence()  # the one check before any write: a replica that lost (or never held) the Lease writes nothing
         url = self._info.server.rstrip("/") + path
         if params:
             url += "?" + urlencode(params)

@@ -12,7 +12,7 @@ from typing import Any, Optional, Protocol
 import kopf
 
 from .. import api
-from . import kube
+from . import ha, kube
 from . import metrics as opmetrics
 from .settings import Settings
 
@@ -24,6 +24,7 @@ class ControllerLike(Protocol):
 
     config: Settings
     kube: Optional[kube.Kube]
+    gate: ha.Gate
 
     def ensure_background(self) -> None: ...
     async def close(self) -> None: ...
@@ -54,7 +55,8 @@ def register(registry: kopf.OperatorRegistry, controller: ControllerLike) -> Non
         if info is not None:
             if controller.kube is not None:
                 await controller.kube.close()
-            controller.kube = kube.Kube(info, relogin=lambda: _login(logger=log), limit=cfg.max_concurrent_writes)
+            # a 401 later (a rotated token) logs in again with kopf's own arguments (it requires settings=)
+            controller.kube = kube.Kube(info, relogin=lambda: _login(**kwargs), limit=cfg.max_concurrent_writes)
         return info
 
     @kopf.on.cleanup(registry=registry)
@@ -65,6 +67,8 @@ def register(registry: kopf.OperatorRegistry, controller: ControllerLike) -> Non
         return
     @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
     async def job_event(event: Any, body: Any, **_: Any) -> None:
+        if not ha.admit_event(controller.gate, event, body):
+            return
         controller.ensure_background()
         # The decoded event is kopf's and is never modified after the event (by kopf or by us): keep it as it is
         # (observe_job drops managedFields) instead of deep-copying ~1000 objects per burst.
@@ -113,6 +117,6 @@ def settings_for(cfg: Settings) -> kopf.OperatorSettings:
         addr, port = opmetrics.parse_listen(cfg.webhook_listen)
         settings.admission.server = webhook.server(addr, port, cfg.webhook_host, cfg.webhook_cert_dir,
                                                    cfg.webhook_service)
-        if cfg.webhook_manage:
-            settings.admission.managed = cfg.webhook_config_name
+        # --webhook-manage: our own writer of the configuration (webhookconfig.py, set up in handlers.build), not
+        # kopf's managed mode, which needs create on every webhook configuration and removes it on shutdown
     return settings

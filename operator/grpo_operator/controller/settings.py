@@ -14,7 +14,11 @@ from typing import Any, Optional
 from .. import lifecycle
 from ..render import manifests
 from ..webhook.server import parse_service
+from .leader import Timing
 from .metrics import parse_listen
+
+SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+DEFAULT_LEASE_NAME = "grpo-operator"
 
 
 @dataclass
@@ -33,6 +37,7 @@ class Settings:
     webhook_cert_dir: Optional[str] = None
     webhook_service: Optional[str] = None  # NAMESPACE/NAME[:PORT]: register by Service reference (in-cluster)
     webhook_config_name: str = "grpo-operator.grpo.dev"
+    webhook_create: bool = True  # False (the chart): the configuration exists, the operator only patches it
     liveness: Optional[str] = None
     json_logs: bool = False
     log_level: str = "INFO"
@@ -43,6 +48,9 @@ class Settings:
     progress_interval: float = 15.0  # seconds between progress scrapes, and the least between progress-only writes
     metrics_listen: Optional[str] = None  # ADDR:PORT of the operator's /metrics; None: off
     trainer_metrics_port: int = manifests.DEFAULT_METRICS_PORT  # rendered into new jobs' pods and config; 0: off
+    leader_elect: bool = False  # HA through a coordination.k8s.io/v1 Lease (controller/leader.py)
+    leader_elect_lease: Optional[str] = None  # NAMESPACE/NAME; default: our own namespace / grpo-operator
+    leader_timing: Timing = field(default_factory=Timing)
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> Settings:
@@ -68,6 +76,7 @@ class Settings:
             webhook_cert_dir=e.get("GRPO_WEBHOOK_CERT_DIR") or None,
             webhook_service=e.get("GRPO_WEBHOOK_SERVICE") or None,
             webhook_config_name=e.get("GRPO_WEBHOOK_CONFIG_NAME", "grpo-operator.grpo.dev"),
+            webhook_create=e.get("GRPO_WEBHOOK_CREATE", "1") not in ("0", "false", "no"),
             liveness=e.get("GRPO_LIVENESS") or None,
             json_logs=e.get("GRPO_LOG_FORMAT", "") == "json",
             log_level=e.get("GRPO_LOG_LEVEL", "INFO"),
@@ -77,6 +86,11 @@ class Settings:
             progress_interval=num("GRPO_PROGRESS_INTERVAL_SECONDS", "15"),
             metrics_listen=e.get("GRPO_METRICS_LISTEN") or None,
             trainer_metrics_port=num("GRPO_TRAINER_METRICS_PORT", str(manifests.DEFAULT_METRICS_PORT), int),
+            leader_elect=e.get("GRPO_LEADER_ELECT", "") in ("1", "true", "yes"),
+            leader_elect_lease=e.get("GRPO_LEADER_ELECT_LEASE") or None,
+            leader_timing=Timing(lease=num("GRPO_LEADER_ELECT_LEASE_SECONDS", "15"),
+                                 renew_deadline=num("GRPO_LEADER_ELECT_RENEW_DEADLINE_SECONDS", "10"),
+                                 retry=num("GRPO_LEADER_ELECT_RETRY_SECONDS", "2")),
         )
 
 
@@ -100,11 +114,20 @@ def seconds_or_off(name: str, value: str) -> Optional[float]:
 def parse(argv: Optional[Sequence[str]] = None) -> Settings:
     """Flags over the environment, validated together: a bad value or combination is a usage error (exit 2) naming
     the flag or variable, never a traceback."""
-    p = argparse.ArgumentParser(prog="grpo-operator", description="Kubernetes operator for GRPO post-training jobs.")
+    p = parser()
     try:
         cfg = Settings.from_env()
     except ValueError as exc:
         p.error(f"environment: {exc}")  # exits 2 with the usage line, like a bad flag
+    apply_flags(cfg, p.parse_args(argv))
+    problem = check(cfg)
+    if problem:
+        p.error(problem)
+    return cfg
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="grpo-operator", description="Kubernetes operator for GRPO post-training jobs.")
     p.add_argument("--namespace", "-n", action="append", dest="namespaces", metavar="NS",
                    help="watch this namespace (repeatable; env GRPO_NAMESPACES, comma-separated)")
     p.add_argument("--all-namespaces", "-A", action="store_true", default=None, help="watch the whole cluster")
@@ -124,6 +147,11 @@ def parse(argv: Optional[Sequence[str]] = None) -> Settings:
     p.add_argument("--trainer-image", help="default trainer image (env GRPO_TRAINER_IMAGE)")
     p.add_argument("--no-controller", action="store_true", help="serve only the webhook")
     p.add_argument("--peering", metavar="NAME", help="kopf peering object for HA (env GRPO_PEERING); default standalone")
+    p.add_argument("--leader-elect", action="store_true", default=None,
+                   help="high availability: only the holder of a coordination.k8s.io/v1 Lease runs the controller; "
+                        "every replica serves the webhook (env GRPO_LEADER_ELECT)")
+    p.add_argument("--leader-elect-lease", metavar="NS/NAME",
+                   help="the Lease (env GRPO_LEADER_ELECT_LEASE; default: the operator's namespace/grpo-operator)")
     p.add_argument("--metrics-listen", metavar="ADDR:PORT",
                    help="serve the operator's Prometheus metrics at /metrics here (env GRPO_METRICS_LISTEN), "
                         "e.g. 0.0.0.0:8081")
@@ -133,55 +161,87 @@ def parse(argv: Optional[Sequence[str]] = None) -> Settings:
     p.add_argument("--trainer-metrics-port", type=int, metavar="PORT",
                    help="port of the trainer pods' /metrics for new jobs (env GRPO_TRAINER_METRICS_PORT, default "
                         "9400; 0: trainers serve no metrics)")
-    a = p.parse_args(argv)
+    return p
+
+
+def apply_flags(cfg: Settings, a: argparse.Namespace) -> None:
+    """Given flags win over the environment."""
     if a.namespaces:
         cfg.namespaces = a.namespaces
     if a.all_namespaces:
         cfg.all_namespaces = True
-    for attr in ("webhook_listen", "webhook_host", "webhook_cert_dir", "webhook_service", "liveness", "log_level"):
+    for attr in ("webhook_listen", "webhook_host", "webhook_cert_dir", "webhook_service", "liveness", "log_level",
+                 "peering", "metrics_listen", "leader_elect_lease"):
         if getattr(a, attr):
             setattr(cfg, attr, getattr(a, attr))
     if a.webhook_manage:
         cfg.webhook_manage = True
+    if a.leader_elect:
+        cfg.leader_elect = True
     if a.json_logs or a.log_format == "json":
         cfg.json_logs = True
     elif a.log_format == "text":
         cfg.json_logs = False
     if a.trainer_image:
         cfg.image = a.trainer_image
-    if a.peering:
-        cfg.peering = a.peering
     if a.no_controller:
         cfg.controller = False
-    if a.metrics_listen:
-        cfg.metrics_listen = a.metrics_listen
     if a.progress_interval is not None:
         cfg.progress_interval = a.progress_interval
     if a.trainer_metrics_port is not None:
         cfg.trainer_metrics_port = a.trainer_metrics_port
+    if cfg.leader_elect and not cfg.leader_elect_lease:
+        cfg.leader_elect_lease = f"{own_namespace(cfg)}/{DEFAULT_LEASE_NAME}"
+
+
+def own_namespace(cfg: Settings) -> str:
+    """Where the default Lease lives: the pod's namespace in a cluster, else the first watched one."""
+    ns = os.environ.get("POD_NAMESPACE", "")
+    if not ns and os.path.exists(SA_NAMESPACE_FILE):
+        with open(SA_NAMESPACE_FILE) as f:
+            ns = f.read().strip()
+    return ns or (cfg.namespaces[0] if cfg.namespaces else "default")
+
+
+def check(cfg: Settings) -> Optional[str]:
+    """The first problem with the settings taken together, as a usage message; None: fine."""
     if cfg.progress_interval < 0:
-        p.error("--progress-interval must be >= 0")
+        return "--progress-interval must be >= 0"
     if not 0 <= cfg.trainer_metrics_port <= 65535:
-        p.error("--trainer-metrics-port must be a port number (0: off)")
+        return "--trainer-metrics-port must be a port number (0: off)"
     if cfg.max_concurrent_writes < 1:  # 0 would let no write through, ever
-        p.error(f"environment: GRPO_MAX_CONCURRENT_WRITES must be >= 1, got {cfg.max_concurrent_writes}")
+        return f"environment: GRPO_MAX_CONCURRENT_WRITES must be >= 1, got {cfg.max_concurrent_writes}"
     if cfg.resync_seconds <= 0:  # 0 would re-kick every job in a busy loop
-        p.error(f"environment: GRPO_RESYNC_SECONDS must be > 0, got {cfg.resync_seconds:g}")
+        return f"environment: GRPO_RESYNC_SECONDS must be > 0, got {cfg.resync_seconds:g}"
     for flag, listen in (("--metrics-listen", cfg.metrics_listen), ("--webhook-listen", cfg.webhook_listen)):
         if listen:
             try:
                 parse_listen(listen)
             except ValueError:
-                p.error(f"{flag} must be ADDR:PORT (e.g. 0.0.0.0:8443), got {listen!r}")
+                return f"{flag} must be ADDR:PORT (e.g. 0.0.0.0:8443), got {listen!r}"
     if cfg.webhook_service:
         try:
             parse_service(cfg.webhook_service)
         except ValueError as exc:
-            p.error(f"--webhook-service: {exc}")
+            return f"--webhook-service: {exc}"
     if cfg.all_namespaces and cfg.namespaces:
-        p.error("--all-namespaces and --namespace are mutually exclusive")
+        return "--all-namespaces and --namespace are mutually exclusive"
     if not cfg.all_namespaces and not cfg.namespaces:
-        p.error("give --namespace NS (repeatable) or --all-namespaces")
+        return "give --namespace NS (repeatable) or --all-namespaces"
     if cfg.webhook_manage and not cfg.webhook_listen:
-        p.error("--webhook-manage needs --webhook-listen")
-    return cfg
+        return "--webhook-manage needs --webhook-listen"
+    return check_leader_elect(cfg)
+
+
+def check_leader_elect(cfg: Settings) -> Optional[str]:
+    if not cfg.leader_elect:
+        return None
+    if cfg.peering:
+        return "--leader-elect and --peering are mutually exclusive (the Lease replaces kopf peering)"
+    if not cfg.controller:
+        return "--leader-elect needs the controller (a webhook-only replica elects nothing)"
+    ns, _, name = (cfg.leader_elect_lease or "").partition("/")
+    if not ns or not name or "/" in name:
+        return f"--leader-elect-lease must be NAMESPACE/NAME, got {cfg.leader_elect_lease!r}"
+    problem = cfg.leader_timing.problem()
+    return f"environment: {problem}" if problem else None

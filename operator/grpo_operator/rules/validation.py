@@ -9,6 +9,8 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ValidationError
 
+from grpo_trainer import contract
+
 from .. import api
 from ..api import gang as gang_names
 from ..api import trl_fields
@@ -233,11 +235,75 @@ def namespace_problem(namespace: Any) -> str:
             "with a letter or digit, at most 63 characters")
 
 
+MAX_ERRORS = 20  # reported per object: a denial stays short (400 bad env names made a ~460 KB one)
+MAX_SPEC_BYTES = 512 * 1024  # the spec as compact JSON; etcd stores at most ~1.5 MiB per object
+MAX_DEPTH = 32  # nesting of the spec: deeper input never reaches the models (no recursion error)
+
+
+def size_and_depth(doc: Any, stop_at: int = MAX_SPEC_BYTES) -> tuple[int, int]:
+    """(approximate compact-JSON size, nesting depth) of a decoded JSON document, without recursion; stops counting
+    once the size passes `stop_at`."""
+    size, depth, stack = 0, 0, [(doc, 1)]
+    while stack and size <= stop_at:
+        node, d = stack.pop()
+        depth = max(depth, d)
+        if isinstance(node, dict):
+            size += 2 + sum(len(str(k)) + 4 for k in node)
+            stack.extend((v, d + 1) for v in node.values())
+        elif isinstance(node, list):
+            size += 2 + len(node)
+            stack.extend((v, d + 1) for v in node)
+        else:
+            size += len(str(node)) + 2
+    return size, depth
+
+
+def capped(errors: list[FieldError], limit: int = MAX_ERRORS) -> list[FieldError]:
+    """At most `limit` errors, the rest summed up in one more."""
+    if len(errors) <= limit:
+        return errors
+    return errors[:limit] + [FieldError("spec", f"…and {len(errors) - limit} more errors (fix these first)")]
+
+
+# Volumes and mount paths the operator adds to every trainer pod (render/manifests.py `_volumes`; a unit test keeps the
+# two in step): a user's volume or mount that collides makes the API server refuse the pod, long after admission.
+RESERVED_VOLUMES = ("tmp", "config", "output", "dshm")
+RESERVED_MOUNT_PATHS = ("/tmp", contract.CONFIG_DIR, "/dev/shm")
+
+
+def _reserved_errors(spec: api.GRPOJobSpec) -> list[FieldError]:
+    errors = []
+    for i, vol in enumerate(spec.template.volumes):
+        if vol.get("name") in RESERVED_VOLUMES:
+            errors.append(FieldError(f"spec.template.volumes[{i}].name",
+                                     f"{vol.get('name')!r} is the name of a volume the operator adds to every trainer "
+                                     f"pod (reserved: {', '.join(RESERVED_VOLUMES)}): rename it"))
+    taken = {*RESERVED_MOUNT_PATHS, spec.output.path}
+    for i, mount in enumerate(spec.template.volumeMounts):
+        path = str(mount.get("mountPath", "")).rstrip("/") or "/"
+        if path in taken:
+            errors.append(FieldError(f"spec.template.volumeMounts[{i}].mountPath",
+                                     f"{path} is already mounted by the operator ({', '.join(sorted(taken))}: the "
+                                     "pod's /tmp, its config, /dev/shm and spec.output.path): mount elsewhere"))
+    return errors
+
+
 def validate_spec(name: str, spec_doc: Any) -> ValidationResult:
     """Validate a spec (the dict under .spec) for a job called `name`."""
+    res = _validate_spec(name, spec_doc)
+    res.errors = capped(res.errors)
+    return res
+
+
+def _validate_spec(name: str, spec_doc: Any) -> ValidationResult:
     res = ValidationResult()
     if not isinstance(spec_doc, dict):
         res.errors.append(FieldError("spec", f"spec must be a mapping, got {type(spec_doc).__name__}"))
+        return res
+    size, depth = size_and_depth(spec_doc)
+    if size > MAX_SPEC_BYTES or depth > MAX_DEPTH:
+        res.errors.append(FieldError("spec", f"too large: more than {MAX_SPEC_BYTES // 1024} KiB of JSON or nested "
+                                             f"deeper than {MAX_DEPTH} levels; move data into a ConfigMap or volume"))
         return res
     try:
         spec = api.GRPOJobSpec.model_validate(spec_doc)
@@ -245,6 +311,7 @@ def validate_spec(name: str, spec_doc: Any) -> ValidationResult:
         res.errors += _pydantic_errors(exc)
         return res
     res.job = api.GRPOJob(metadata=api.ObjectMeta(name=name), spec=spec)
+    res.errors += _reserved_errors(spec)
     topo, terrs = topology.resolve(spec.nodes, spec.resources.limits, spec.resources.requests, spec.nprocPerNode)
     res.errors += [FieldError(e.field, e.message) for e in terrs]
     if topo is None:
@@ -293,6 +360,7 @@ def validate(doc: Any) -> ValidationResult:
     if res.job is not None and isinstance(meta, dict):
         res.job.metadata = api.ObjectMeta.model_validate({k: v for k, v in meta.items() if isinstance(k, str)})
         res.errors += _gang_errors(res.job.spec, meta.get("labels"))
+    res.errors = capped(res.errors)
     return res
 
 

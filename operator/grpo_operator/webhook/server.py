@@ -104,10 +104,26 @@ async def until_reachable(host: str, port: int, ca_bundle: Optional[str], timeou
         await asyncio.sleep(interval)
 
 
-def _service_server_class() -> Any:
+# An UPDATE review carries the old and the new object: up to twice etcd's ~1.5 MiB per object, plus the review's own
+# fields. aiohttp refuses bodies over 1 MiB by default (413), which made a 0.6 MiB job creatable but never labelled.
+MAX_REVIEW_BYTES = 8 * 1024 * 1024
+
+
+def _large_reviews_class() -> Any:
     import kopf
 
-    class ServiceWebhookServer(kopf.WebhookServer):
+    class LargeReviewsWebhookServer(kopf.WebhookServer):
+        """kopf's server, reading review bodies up to MAX_REVIEW_BYTES (kopf builds its aiohttp app itself)."""
+
+        @staticmethod
+        async def _serve(fn: Any, request: Any) -> Any:
+            return await kopf.WebhookServer._serve(fn, request.clone(client_max_size=MAX_REVIEW_BYTES))
+
+    return LargeReviewsWebhookServer
+
+
+def _service_server_class() -> Any:
+    class ServiceWebhookServer(_large_reviews_class()):  # type: ignore[misc]
         """Registers the webhook by Service reference instead of URL.
 
         In a cluster the API server often cannot resolve `<svc>.<ns>.svc` (it runs outside the cluster DNS), but it
@@ -146,7 +162,6 @@ def server(addr: str, port: int, host: Optional[str], cert_dir: Optional[str], s
 
     With `service` ('NAMESPACE/NAME[:PORT]') the managed configuration points at that Service instead of a URL.
     """
-    import kopf
 
     dial_host = host or (addr if addr not in ("0.0.0.0", "::") else "127.0.0.1")
     svc = parse_service(service) if service else None
@@ -164,4 +179,4 @@ def server(addr: str, port: int, host: Optional[str], cert_dir: Optional[str], s
                   pkeyfile=str(files.keyfile), cafile=str(files.cafile) if files.cafile else None)
     if svc:
         return _service_server_class()(service=svc, **kwargs)
-    return kopf.WebhookServer(**kwargs)
+    return _large_reviews_class()(**kwargs)

@@ -1,5 +1,5 @@
 """The Helm chart: lint and render with helm 3.17 and 4.3, Kubernetes schema validation (1.29–1.37), the values
-schema, and the shape of what it renders (RBAC, webhook modes, peering, security context)."""
+schema, and the shape of what it renders (RBAC, webhook modes, leader election, security context)."""
 
 from __future__ import annotations
 
@@ -214,9 +214,12 @@ def rules_of(docs: list[dict[str, Any]]) -> list[tuple[str, str, tuple[str, ...]
 
 def test_no_secret_access_and_no_wildcards_in_any_mode() -> None:
     for name, values in VALUE_SETS.items():
-        for where, group, resources, verbs, _ in rules_of(render(values)):
+        for where, group, resources, verbs, names in rules_of(render(values)):
             assert "secrets" not in resources, (name, where)
             assert "*" not in resources and "*" not in verbs and group != "*", (name, where)
+            if ((group, resources) == ("coordination.k8s.io", ("leases",)) and names) or resources == ("grpojobs/finalizers",):
+                # renewing the one Lease is an update (PUT); finalizers: for blockOwnerDeletion, grants nothing else
+                verbs = tuple(v for v in verbs if v != "update")
             assert not {"update", "deletecollection", "escalate", "bind", "impersonate"} & set(verbs), (name, where)
 
 
@@ -238,10 +241,13 @@ def test_default_is_clusterwide_with_operator_managed_webhook() -> None:
     assert env["GRPO_WEBHOOK_CONFIG_NAME"] == "grpo-grpo-operator.grpo.dev"
     assert env["GRPO_TRAINER_IMAGE"] == "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
     assert "GRPO_PEERING" not in env and dep["spec"]["strategy"]["type"] == "Recreate"
-    # the chart owns both configurations, empty (helm uninstall deletes them); the operator fills them in
-    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-        (wc,) = by_kind(docs, kind)
-        assert wc["metadata"]["name"] == env["GRPO_WEBHOOK_CONFIG_NAME"] and wc["webhooks"] == []
+    # the chart owns the configuration, empty (helm uninstall deletes it); the operator fills it in, creating nothing
+    (wc,) = by_kind(docs, "ValidatingWebhookConfiguration")
+    assert wc["metadata"]["name"] == env["GRPO_WEBHOOK_CONFIG_NAME"] and wc["webhooks"] == []
+    assert not by_kind(docs, "MutatingWebhookConfiguration") and env["GRPO_WEBHOOK_CREATE"] == "false"
+    webhook_rules = [r for r in cr["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert webhook_rules == [{"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"],
+                              "resourceNames": ["grpo-grpo-operator.grpo.dev"], "verbs": ["patch"]}]
     assert not by_kind(docs, "Certificate")
 
 
@@ -251,8 +257,7 @@ def test_namespaced_mode_has_a_role_per_namespace_and_no_clusterwide_job_access(
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["team-a", "team-b"]
     (cr,) = by_kind(docs, "ClusterRole")  # only the webhook configuration (operator-managed)
-    assert {r for rule in cr["rules"] for r in rule["resources"]} == {"validatingwebhookconfigurations",
-                                                                      "mutatingwebhookconfigurations"}
+    assert {r for rule in cr["rules"] for r in rule["resources"]} == {"validatingwebhookconfigurations"}
     (dep,) = by_kind(docs, "Deployment")
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GRPO_NAMESPACES"] == "team-a,team-b" and env["GRPO_SCANNING"] == "0"
@@ -288,22 +293,25 @@ def test_cert_manager_mode() -> None:
     assert by_kind(own, "Certificate")[0]["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
 
 
-def test_ha_uses_kopf_peering() -> None:
+def test_ha_uses_leader_election() -> None:
     docs = render(VALUE_SETS["ha"])
     (dep,) = by_kind(docs, "Deployment")
     assert dep["spec"]["replicas"] == 2 and dep["spec"]["strategy"]["type"] == "RollingUpdate"
     env = {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["GRPO_PEERING"]["value"] == "grpo-operator"
-    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    (peering,) = by_kind(docs, "ClusterKopfPeering")
-    assert peering["metadata"]["name"] == "grpo-operator"
-    peer_rules = [(res, verbs, names) for _, g, res, verbs, names in rules_of(docs) if g == "kopf.dev"]
-    assert peer_rules == [(("clusterkopfpeerings",), ("list", "watch"), ""),
-                          (("clusterkopfpeerings",), ("patch",), "grpo-operator")]
+    lease = dep["metadata"]["name"]
+    assert env["GRPO_LEADER_ELECT"]["value"] == "true" and "GRPO_PEERING" not in env
+    assert env["GRPO_LEADER_ELECT_LEASE"]["value"] == f"{NAMESPACE}/{lease}"
+    lease_rules = sorted((res, verbs, names) for _, g, res, verbs, names in rules_of(docs) if g == "coordination.k8s.io")
+    assert lease_rules == [(("leases",), ("create",), ""), (("leases",), ("get", "update"), lease)]
+    (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert not any(g == "kopf.dev" for _, g, _, _, _ in rules_of(docs))
     ns = render(VALUE_SETS["ha-namespaced"])
-    assert [p["metadata"]["namespace"] for p in by_kind(ns, "KopfPeering")] == ["team-a"]
-    assert any("kopfpeerings" in r for _, _, r, _, _ in rules_of(ns))
+    assert [r["metadata"]["namespace"] for r in by_kind(ns, "Role") if r["metadata"]["name"].endswith("-leader-election")
+            ] == [NAMESPACE]  # the Lease lives with the operator, not in the watched namespaces
     assert not [s for s in by_kind(ns, "Service") if s["metadata"]["name"].endswith("-webhook")]  # webhook disabled
+    one = render({})
+    assert not [r for r in by_kind(one, "Role") if r["metadata"]["name"].endswith("-leader-election")]
 
 
 def test_restricted_security_context_probes_and_resources() -> None:
@@ -425,3 +433,28 @@ def test_lifecycle_values_reach_the_operator(values: dict[str, Any], force: str,
     policy = Settings.from_env(env).policy  # what the operator makes of them
     assert policy.force_delete_after == (None if force == "off" else float(force))
     assert (policy.backoff_base, policy.backoff_cap) == (float(base), float(cap))
+
+
+def test_finalizers_update_is_granted_for_block_owner_deletion() -> None:
+    for name in ("default", "namespaced"):
+        rules = rules_of(render(VALUE_SETS.get(name, {})))
+        assert any(g == "grpo.dev" and res == ("grpojobs/finalizers",) and verbs == ("update",)
+                   for _, g, res, verbs, _ in rules), name
+
+
+def test_network_policy_admits_job_pods_the_operator_and_named_scrapers() -> None:
+    assert not by_kind(render(VALUE_SETS["namespaced"]), "NetworkPolicy")  # off by default
+    prom = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    docs = render({**VALUE_SETS["namespaced"], "networkPolicy": {"enabled": True, "metricsFrom": [prom]}})
+    pols = by_kind(docs, "NetworkPolicy")
+    assert sorted(p["metadata"]["namespace"] for p in pols) == ["team-a", "team-b"]
+    spec = pols[0]["spec"]
+    job_pods = {"matchExpressions": [{"key": "grpo.dev/job-name", "operator": "Exists"}]}
+    assert spec["podSelector"] == job_pods and spec["policyTypes"] == ["Ingress"]
+    each_other, metrics = spec["ingress"]
+    assert each_other == {"from": [{"podSelector": job_pods}]}  # c10d, NCCL, vLLM and its weight sync: every port
+    assert metrics["ports"] == [{"port": 9400, "protocol": "TCP"}]
+    assert metrics["from"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": NAMESPACE}
+    assert metrics["from"][1] == prom
+    cp = helm(HELMS[0], "template", "x", str(CHART), values={"networkPolicy": {"enabled": True}}, check=False)
+    assert cp.returncode != 0 and "networkPolicy.namespaces" in cp.stderr

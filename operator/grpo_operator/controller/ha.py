@@ -1,0 +1,131 @@
+"""High availability (`--leader-elect`): only the Lease holder runs the controller; every replica serves the webhook.
+
+A standby drops kopf's GRPOJob events (it caches nothing and starts none of the pod watch, resync, scraper or work
+queue: `Controller.ensure_background` is reached only through an admitted event or `start_leading`). On acquiring
+the Lease, the new leader re-lists every GRPOJob in its scope before acting, so it never acts on a cache older than
+its lease; the pod watch lists the pods before any reconcile (podwatch.py). Losing the Lease ends the process
+(leader.py), so there is no way back from leader to standby with stale state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Optional, Protocol
+
+from .. import api
+from . import kube as kube_mod
+from . import leader
+from .settings import Settings
+
+log = logging.getLogger("grpo_operator.ha")
+
+
+class Controller(Protocol):
+    """What this module needs of handlers.Controller (which imports this module)."""
+
+    gate: Gate
+    kube: Optional[kube_mod.Kube]
+    config: Settings
+
+    def observe_job(self, body: dict[str, Any]) -> Any: ...
+
+    def ensure_background(self) -> None: ...
+
+    def kick_all(self) -> None: ...
+
+
+class Gate:
+    """Whether this replica's controller may act; with leader election off it always may."""
+
+    def __init__(self, leader_elect: bool):
+        self.active = not leader_elect
+        self.relisting = False
+        self.deleted_meanwhile: set[str] = set()  # uids deleted while the re-list was in flight
+
+
+def admit_event(gate: Gate, event: Any, body: dict[str, Any]) -> bool:
+    """The hook at the top of kopf's GRPOJob event handler: False on a standby (drop the event)."""
+    if not gate.active:
+        return False
+    if gate.relisting and event.get("type") == "DELETED":
+        gate.deleted_meanwhile.add((body.get("metadata") or {}).get("uid", ""))
+    return True
+
+
+def list_paths(cfg: Settings) -> list[str]:
+    base = f"/apis/{api.GROUP}/{api.VERSION}"
+    if cfg.all_namespaces:
+        return [f"{base}/{api.PLURAL}"]
+    return [f"{base}/namespaces/{ns}/{api.PLURAL}" for ns in cfg.namespaces]
+
+
+async def list_jobs(kube: kube_mod.Kube, paths: list[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        token: Optional[str] = None
+        while True:
+            params = {"limit": "500", **({"continue": token} if token else {})}
+            page = await kube.request("GET", path, params=params)
+            out.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+    return out
+
+
+async def start_leading(controller: Controller) -> None:
+    """Called once, on acquiring the Lease: admit events, re-list the jobs, then start the controller's loops."""
+    gate = controller.gate
+    while controller.kube is None:  # kopf's login handler creates it, at start-up
+        await asyncio.sleep(0.1)
+    gate.active, gate.relisting = True, True
+    try:
+        items = await list_jobs(controller.kube, list_paths(controller.config))
+    finally:
+        gate.relisting = False
+    for item in items:
+        if (item.get("metadata") or {}).get("uid") in gate.deleted_meanwhile:
+            continue
+        # list items carry no kind; observe_job keeps a newer version already cached from an event meanwhile
+        controller.observe_job({"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": api.KIND, **item})
+    gate.deleted_meanwhile.clear()
+    log.info("leader: re-listed %d jobs; starting the controller", len(items))
+    controller.ensure_background()
+    controller.kick_all()
+
+
+def lease_of(cfg: Settings) -> tuple[str, str]:
+    ns, _, name = (cfg.leader_elect_lease or "").partition("/")
+    return ns, name
+
+
+async def start(cfg: Settings, controller: Controller, login: Callable[..., Awaitable[Any]]
+                ) -> tuple[leader.Elector, asyncio.Task[None]]:
+    """The elector, with its own API session (its requests must never wait behind the controller's writes), as the
+    fence of every write. `login` is kopf's (handlers._login)."""
+    import kopf
+
+    info = await login(logger=log, settings=kopf.OperatorSettings())
+    session = kube_mod.Kube(info, relogin=lambda: login(logger=log, settings=kopf.OperatorSettings()),
+                            timeout=cfg.leader_timing.renew_deadline / 2, limit=4)
+    ns, name = lease_of(cfg)
+
+    async def on_leading() -> None:
+        await start_leading(controller)
+
+    elector = leader.Elector(session, ns, name, timing=cfg.leader_timing, on_leading=on_leading)
+    kube_mod.set_fence(elector.fence)
+    return elector, asyncio.create_task(elector.run(), name="leader-election")
+
+
+async def stop(elector: leader.Elector, task: asyncio.Task[None]) -> None:
+    """After the controller stopped (graceful shutdown): stop renewing and release the Lease."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    await elector.release()
+    await elector.kube.close()

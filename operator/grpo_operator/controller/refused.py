@@ -1,0 +1,36 @@
+"""A create the API server refuses (quota, PodSecurity, an invalid object, a webhook's denial): a `FailedCreate`
+Warning Event on the job with the server's own message, at most once a minute per object (the reconcile retries
+with the work queue's backoff). Before this a refused pod create only left a log line and the job looked Pending."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional, Protocol
+
+from .. import lifecycle
+from . import kube
+
+log = logging.getLogger("grpo_operator")
+
+EVENT_WINDOW = 60.0  # seconds between two FailedCreate events of one object
+
+
+class _Controller(Protocol):
+    expectations: Any
+    events: Any
+
+
+def refused(exc: kube.ApiError) -> bool:
+    """A refusal (the request itself is wrong or not allowed), not a conflict, a throttle or a transient error."""
+    return 400 <= exc.status < 500 and exc.status not in (401, 408, 409, 429)
+
+
+def report(controller: _Controller, key: tuple[str, str], obj: dict[str, Any], exc: kube.ApiError,
+           job: Optional[dict[str, Any]]) -> None:
+    if job is None or not refused(exc):
+        return
+    kind, name = obj["kind"], obj["metadata"]["name"]
+    message = f"Error creating {kind} {name}: {exc.status} {exc.reason}: {exc.message}"
+    log.warning("%s/%s: %s", key[0], key[1], message)
+    if controller.expectations.delete_due((key[0], name, "failed-create"), EVENT_WINDOW):
+        controller.events.record(job, lifecycle.JobEvent("Warning", "FailedCreate", message[:1024]))
