@@ -17,6 +17,16 @@ SCHEMA_VERSION = 1  # of the config JSON the operator renders (docs/trainer-conf
 CONFIG_DIR = "/etc/grpo"
 CONFIG_FILE = f"{CONFIG_DIR}/config.json"
 
+# training.modelInitKwargs keys TRL or torchrun decide: refused, with the reason, by the operator at admission
+# (rules/validation.py) and by the trainer (config.py).
+REFUSED_INIT_KWARGS = {
+    "device_map": "torchrun runs one model copy per process and TRL sets device_map itself; a device_map would "
+                  "spread each copy over the GPUs of the other processes",
+    "quantization_config": "quantized (QLoRA) training is not supported by this trainer yet",
+    "trust_remote_code": "set training.trustRemoteCode instead (one switch for the policy, reference and reward "
+                         "models, the tokenizer and vLLM)",
+}
+
 # ---------------------------------------------------------------------------------------------- pods
 LABEL_JOB = "grpo.dev/job-name"
 LABEL_ROLE = "grpo.dev/role"
@@ -50,6 +60,7 @@ BATCH = 13  # TRL's batch arithmetic rejected the spec at this world size (TRL's
 MODEL = 14  # the model or tokenizer cannot be loaded (no such path/repo, bad files)
 CHECKPOINT = 15  # the checkpoint to resume from exists but cannot be loaded
 STORAGE = 16  # the output directory cannot be written (permissions, read-only or full volume)
+REMOTE_CODE = 17  # the model (or a reward model) ships its own code and training.trustRemoteCode is not true
 
 # Retryable (>=128). 128+N is "killed by signal N" (143 = SIGTERM, 137 = SIGKILL e.g. the OOM killer).
 SIGNAL_BASE = 128
@@ -67,6 +78,7 @@ PERMANENT = {
     MODEL: "model error",
     CHECKPOINT: "checkpoint error",
     STORAGE: "storage error",
+    REMOTE_CODE: "remote code not trusted",
 }
 RETRYABLE = {
     PREEMPTED: "preempted (SIGTERM)",
@@ -84,6 +96,7 @@ EXIT_REASONS = {
     MODEL: "ModelError",
     CHECKPOINT: "CheckpointError",
     STORAGE: "StorageError",
+    REMOTE_CODE: "RemoteCodeNotTrusted",
     PREEMPTED: "Preempted",
     DISTRIBUTED: "DistributedError",
     ACCELERATOR_OOM: "AcceleratorOutOfMemory",

@@ -130,9 +130,12 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     from trl import GRPOConfig
 
     max_len = int(kwargs.get("max_completion_length") or GRPOConfig.max_completion_length or 512)
+    init_kwargs = kwargs["model_init_kwargs"]
+    revision, trust = init_kwargs.get("revision"), init_kwargs["trust_remote_code"]
+    data.check_model_config(cfg.model, revision=revision, trust_remote_code=trust)
     reward_funcs = rewards.build(cfg.rewards, max_completion_length=max_len,
-                                 answer_column=cfg.dataset.answer_column)
-    tokenizer = data.load_tokenizer(cfg.model)
+                                 answer_column=cfg.dataset.answer_column, init_kwargs=init_kwargs)
+    tokenizer = data.load_tokenizer(cfg.model, revision=revision, trust_remote_code=trust)
     raw = data.load_dataset(cfg.dataset)
     train_dataset = data.prepare_dataset(raw, cfg.dataset, chat=data.has_chat_template(tokenizer))
     # 2. GRPOConfig: runs TRL's batch check with the real world size (and initialises the process group).
@@ -144,16 +147,21 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     if checkpoint and 0 < args.max_steps <= resume.step_of(checkpoint):
         log(f"{checkpoint} already reached max_steps={args.max_steps}; saving its model, no training")
         if args.process_index == 0:
-            data.load_model(checkpoint).save_pretrained(cfg.output_dir)
+            data.load_model(checkpoint, trust_remote_code=trust).save_pretrained(cfg.output_dir)
             tokenizer.save_pretrained(cfg.output_dir)
             if cfg.progress:
                 emit(RESULT_PREFIX, {"step": resume.step_of(checkpoint), "maxSteps": args.max_steps, "reward": None,
                                      "outputDir": cfg.output_dir, "checkpoint": checkpoint, "resumedFrom": checkpoint})
         return 0, None
     # 4. The model and the trainer (vLLM's CPU settings go in before TRL imports vLLM).
+    #    The policy goes to TRL as its id, as TRL's grpo.py does: TRL loads it with model_init_kwargs (dtype,
+    #    attn_implementation, revision, trust_remote_code) after GRPOConfig, like the reference model.
     if args.use_vllm:
         _announce_vllm(cfg, args, cuda)
-    model = data.load_model(cfg.model, dtype=torch.bfloat16 if args.bf16 else None)
+        if revision:
+            from . import vllm_support
+
+            vllm_support.pin_revision(revision)
     from trl import GRPOTrainer
 
     from . import preemption as preempt
@@ -168,13 +176,13 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     if progress is not None:
         callbacks.append(progress)
     try:
-        trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
-                              processing_class=tokenizer, callbacks=callbacks)
+        trainer = GRPOTrainer(model=cfg.model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
+                              processing_class=tokenizer, callbacks=callbacks,
+                              peft_config=cfg.peft.lora_config() if cfg.peft is not None else None)
     except (ValueError, ZeroDivisionError) as e:
         if is_trl_batch_error(e):
             raise TrainerError(BATCH, f"TRL rejected the batch sizes at world size {_world_size()}: {e}") from None
         raise
-    del model
     if checkpoint:
         log(f"resuming from {checkpoint}")
         guard_checkpoint_loading(trainer, checkpoint)

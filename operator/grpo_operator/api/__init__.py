@@ -36,6 +36,7 @@ from .models import (  # noqa: F401 — the package's public surface
     K8sObject,
     ObjectMeta,
     OutputSpec,
+    PeftSpec,
     PodTemplate,
     ProgressStatus,
     Quantity,

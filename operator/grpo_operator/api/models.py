@@ -94,12 +94,19 @@ class RewardSpec(_Model):
         default=None,
         description="A built-in reward: accuracy (GSM8K '#### n' or \\boxed{n} answers compared numerically "
         "with answerColumn), format (reasoning/answer tags), length (prefers concise completions). "
-        "Exactly one of name and function.",
+        "Exactly one of name, function and model.",
     )
     function: Optional[Annotated[str, Field(max_length=512, pattern=FUNCTION_PATTERN)]] = Field(
         default=None,
         description="A custom reward 'module:function' importable in the trainer pod (e.g. from a "
-        "ConfigMap mounted on PYTHONPATH). Exactly one of name and function.",
+        "ConfigMap mounted on PYTHONPATH). Exactly one of name, function and model.",
+    )
+    model: Optional[Annotated[str, Field(min_length=1, max_length=1024, pattern=REF_PATTERN)]] = Field(
+        default=None,
+        description="A reward model: Hugging Face Hub id or a path inside the pod, loaded as TRL does "
+        "(AutoModelForSequenceClassification, num_labels=1; the score is its logit). Its metric is named after the "
+        "last part of the id (rewards/<name>/mean); training.trustRemoteCode and modelInitKwargs' dtype and "
+        "attn_implementation apply. Exactly one of name, function and model.",
     )
     weight: Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)] = Field(
         default=1.0, description="Weight of this reward in the sum (TRL's reward_weights)."
@@ -107,9 +114,36 @@ class RewardSpec(_Model):
 
     @model_validator(mode="after")
     def _one_of(self) -> RewardSpec:
-        if (self.name is None) == (self.function is None):
-            raise ValueError("set exactly one of 'name' (a built-in: accuracy, format, length) or 'function' (module:function)")
+        if sum(x is not None for x in (self.name, self.function, self.model)) != 1:
+            raise ValueError("set exactly one of 'name' (a built-in: accuracy, format, length), 'function' "
+                             "(module:function) or 'model' (a reward model's Hub id or path)")
         return self
+
+
+MODULE_NAME = r"^[A-Za-z0-9_.\-]+$"
+
+
+class PeftSpec(_Model):
+    """LoRA (PEFT): GRPOTrainer(peft_config=LoraConfig(...)); absent: full fine-tuning."""
+
+    r: Annotated[StrictInt, Field(ge=1, le=4096)] = Field(default=16, description="LoRA rank (LoraConfig.r).")
+    alpha: Annotated[StrictInt, Field(ge=1, le=65536)] = Field(
+        default=32, description="LoRA scaling alpha (LoraConfig.lora_alpha); the update is scaled by alpha/r.")
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)] = Field(
+        default=0.05, description="Dropout on the LoRA input (LoraConfig.lora_dropout), 0 <= dropout < 1.")
+    targetModules: Optional[Union[Literal["all-linear"],
+                                  Annotated[list[Annotated[str, Field(min_length=1, max_length=256,
+                                                                      pattern=MODULE_NAME)]],
+                                            Field(min_length=1, max_length=256)]]] = Field(
+        default=None,
+        description="Modules that get adapters: a list of module names (e.g. [q_proj, v_proj]) or all-linear "
+        "(every linear layer but the output head). Absent: PEFT's default for the architecture.",
+    )
+    modulesToSave: Optional[Annotated[list[Annotated[str, Field(min_length=1, max_length=256, pattern=MODULE_NAME)]],
+                                      Field(min_length=1, max_length=256)]] = Field(
+        default=None,
+        description="Modules trained in full and saved with the adapter (LoraConfig.modules_to_save), e.g. [lm_head].",
+    )
 
 
 class ResourceRequirements(_Model):
@@ -320,7 +354,7 @@ class GRPOJobSpec(_Model):
     )
     dataset: DatasetSpec = Field(description="The prompt dataset.")
     rewards: Annotated[list[RewardSpec], Field(min_length=1, max_length=32)] = Field(
-        description="Reward functions (at least one): built-ins by name or custom module:function, with weights."
+        description="Rewards (at least one): built-ins by name, custom module:function or reward models, with weights."
     )
     nodes: Annotated[StrictInt, Field(ge=1, le=1024)] = Field(default=1, description="Number of nodes (one torchrun pod per node).")
     resources: ResourceRequirements = Field(
@@ -350,6 +384,11 @@ class GRPOJobSpec(_Model):
     template: PodTemplate = Field(default_factory=PodTemplate, description="Overrides for the trainer pods.")
     scheduling: Optional[SchedulingSpec] = Field(
         default=None, description="Gang scheduling with a PodGroup (coscheduling or Volcano); see docs/scheduling.md."
+    )
+    peft: Optional[PeftSpec] = Field(
+        default=None,
+        description="LoRA fine-tuning (PEFT): checkpoints and the output hold the adapter; absent: full fine-tuning. "
+        "See docs/trainer.md.",
     )
 
     @field_validator("training", mode="before")

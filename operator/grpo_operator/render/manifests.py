@@ -111,7 +111,7 @@ def trainer_config(job: api.GRPOJob, namespace: str, uid: str = "", output_dir: 
         "job": {"name": job.metadata.name, "namespace": namespace, "uid": uid},
         "model": spec.model,
         "dataset": spec.dataset.model_dump(),
-        "rewards": [r.model_dump() for r in spec.rewards],
+        "rewards": [{k: v for k, v in r.model_dump().items() if k != "model" or v is not None} for r in spec.rewards],
         "training": api.training_kwargs(spec.training),
         "vllm": {
             "mode": spec.vllm.mode,
@@ -123,6 +123,7 @@ def trainer_config(job: api.GRPOJob, namespace: str, uid: str = "", output_dir: 
         "outputDir": output_dir or f"{spec.output.path.rstrip('/')}/{n.base}",
         # GRPO_PROGRESS lines in the pod log, and /metrics on metricsPort: the operator's status.progress source
         "progress": {"enabled": True, "metricsPort": metrics_port},
+        **({"peft": spec.peft.model_dump(exclude_none=True)} if spec.peft is not None else {}),
     }
 
 
@@ -357,7 +358,17 @@ def vllm_server_argv(job: api.GRPOJob, gpus: int, *, cpu: bool = False) -> list[
         "--weight-transfer-config", json.dumps({"backend": "nccl"}),
         "--logprobs-mode", "processed_logprobs",
         "--max-logprobs", "-1",
+        *_vllm_model_args(api.training_kwargs(spec.training)),
     ]
+
+
+def _vllm_model_args(t: dict[str, Any]) -> list[str]:
+    """The policy's revision and trust setting (training.modelInitKwargs.revision, training.trustRemoteCode) for the
+    vLLM server, so that it serves the weights the trainer loads (`trl vllm-serve` passes the same flags)."""
+    init = t.get("model_init_kwargs") if isinstance(t.get("model_init_kwargs"), dict) else {}
+    revision = init.get("revision")
+    args = ["--revision", str(revision), "--tokenizer-revision", str(revision)] if revision else []
+    return args + (["--trust-remote-code"] if t.get("trust_remote_code") else [])
 
 
 def _vllm_cpu_env(utilization: float, res: api.ResourceRequirements) -> list[dict[str, Any]]:

@@ -9,6 +9,8 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ValidationError
 
+from grpo_trainer import contract
+
 from .. import api
 from ..api import gang as gang_names
 from ..api import trl_fields
@@ -197,6 +199,15 @@ def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any])
     return out
 
 
+def _model_init_errors(t: dict[str, Any]) -> list[FieldError]:
+    """modelInitKwargs that TRL or torchrun decide are refused with the reason (the trainer refuses them too)."""
+    init = t.get("model_init_kwargs")
+    if not isinstance(init, dict):
+        return []
+    return [FieldError(f"spec.training.modelInitKwargs.{key}", f"not supported: {contract.REFUSED_INIT_KWARGS[key]}")
+            for key in init if key in contract.REFUSED_INIT_KWARGS]
+
+
 def valid_namespace(namespace: Any) -> bool:
     return isinstance(namespace, str) and len(namespace) <= 63 and DNS1123_LABEL.match(namespace) is not None
 
@@ -225,6 +236,7 @@ def validate_spec(name: str, spec_doc: Any) -> ValidationResult:
     res.topology = topo
     res.errors += _vllm_errors(spec, topo)
     t = api.training_kwargs(spec.training)
+    res.errors += _model_init_errors(t)
     br = batch.check(batch_input(spec, topo, t))
     res.batch = br.breakdown.as_dict() if br.breakdown else None
     res.errors += [FieldError(i.field, i.full_message()) for i in br.issues]
