@@ -21,6 +21,7 @@ from .models import (  # noqa: F401 — the package's public surface
     LABEL_KEY_RE,
     LABEL_VALUE,
     LABEL_VALUE_RE,
+    MODULE_NAME,
     PLURAL,
     REF_PATTERN,
     SHORT_NAMES,

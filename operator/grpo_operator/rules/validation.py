@@ -79,6 +79,7 @@ _PATTERN_TEXT = {
     api.IMAGE_PATTERN: "must be an image reference like registry/name:tag",
     api.ABS_PATH_PATTERN: "must be an absolute path of letters, digits, '.', '_', '-' and '/'",
     api.ENV_NAME: "must be a valid environment variable name",
+    api.MODULE_NAME: "must be a module name of letters, digits, '_', '.' and '-' (e.g. q_proj)",
 }
 
 
