@@ -141,12 +141,14 @@ def load_reward_model(path: str, init_kwargs: dict[str, Any] | None = None):
 
     kw = {k: v for k, v in (init_kwargs or {}).items() if k in _REWARD_INIT_KEYS}
     trust = bool(kw.get("trust_remote_code", False))
-    data.check_model_config(path, trust_remote_code=trust, what="reward model")
-    try:
-        return AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, **kw)
-    except Exception as e:
-        err = data._model_error(path, "reward model", e)
-        raise TrainerError(err.code if err.code != data.MODEL else REWARD, err.message) from None
+    try:  # the config first: a missing model or untrusted code fails before any weights load
+        data.check_model_config(path, trust_remote_code=trust, what="reward model")
+        try:
+            return AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, **kw)
+        except Exception as e:
+            raise data._model_error(path, "reward model", e) from None
+    except TrainerError as err:  # a reward that cannot be loaded is a reward error (12); 17 and 202 keep theirs
+        raise TrainerError(REWARD if err.code == data.MODEL else err.code, err.message) from None
 
 
 def build(specs, *, max_completion_length: int, answer_column: str | None,
