@@ -194,6 +194,8 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     trainer.save_model(cfg.output_dir)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(cfg.output_dir)
+        log(f"saved the LoRA adapter (not merged; base model {cfg.model}) to {cfg.output_dir}" if cfg.peft is not None
+            else f"saved the model to {cfg.output_dir}")
         # The pod's termination message carries the final progress: the operator's last scrape may be a few
         # steps behind the end, and a finished job should say where it finished.
         write_final_progress(progress.last if progress is not None else {}, trainer.state.global_step,
