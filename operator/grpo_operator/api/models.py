@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from . import trl_fields
+from .peft import MODULE_NAME, PeftSpec  # noqa: F401 (MODULE_NAME: part of the api surface)
 from .status import ConditionType, Phase, listing
 
 GROUP = "grpo.dev"
@@ -115,35 +116,9 @@ class RewardSpec(_Model):
     @model_validator(mode="after")
     def _one_of(self) -> RewardSpec:
         if sum(x is not None for x in (self.name, self.function, self.model)) != 1:
-            raise ValueError("set exactly one of 'name' (a built-in: accuracy, format, length), 'function' "
-                             "(module:function) or 'model' (a reward model's Hub id or path)")
+            raise ValueError("set exactly one of 'name' (a built-in: accuracy, format, length), 'function' (module:function) "
+                             "or 'model' (a reward model's Hub id or path)")
         return self
-
-
-MODULE_NAME = r"^[A-Za-z0-9_.\-]+$"
-
-
-class PeftSpec(_Model):
-    """LoRA (PEFT): GRPOTrainer(peft_config=LoraConfig(...)); absent: full fine-tuning."""
-
-    r: Annotated[StrictInt, Field(ge=1, le=4096)] = Field(default=16, description="LoRA rank (LoraConfig.r).")
-    alpha: Annotated[StrictInt, Field(ge=1, le=65536)] = Field(
-        default=32, description="LoRA scaling alpha (LoraConfig.lora_alpha); the update is scaled by alpha/r.")
-    dropout: Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)] = Field(
-        default=0.05, description="Dropout on the LoRA input (LoraConfig.lora_dropout), 0 <= dropout < 1.")
-    targetModules: Optional[Union[Literal["all-linear"],
-                                  Annotated[list[Annotated[str, Field(min_length=1, max_length=256,
-                                                                      pattern=MODULE_NAME)]],
-                                            Field(min_length=1, max_length=256)]]] = Field(
-        default=None,
-        description="Modules that get adapters: a list of module names (e.g. [q_proj, v_proj]) or all-linear "
-        "(every linear layer but the output head). Absent: PEFT's default for the architecture.",
-    )
-    modulesToSave: Optional[Annotated[list[Annotated[str, Field(min_length=1, max_length=256, pattern=MODULE_NAME)]],
-                                      Field(min_length=1, max_length=256)]] = Field(
-        default=None,
-        description="Modules trained in full and saved with the adapter (LoraConfig.modules_to_save), e.g. [lm_head].",
-    )
 
 
 class ResourceRequirements(_Model):
@@ -385,11 +360,8 @@ class GRPOJobSpec(_Model):
     scheduling: Optional[SchedulingSpec] = Field(
         default=None, description="Gang scheduling with a PodGroup (coscheduling or Volcano); see docs/scheduling.md."
     )
-    peft: Optional[PeftSpec] = Field(
-        default=None,
-        description="LoRA fine-tuning (PEFT): checkpoints and the output hold the adapter; absent: full fine-tuning. "
-        "See docs/trainer.md.",
-    )
+    peft: Optional[PeftSpec] = Field(default=None, description="LoRA fine-tuning (PEFT): checkpoints and the output "
+                                     "hold the adapter; absent: full fine-tuning. See docs/trainer.md.")
 
     @field_validator("training", mode="before")
     @classmethod
