@@ -3,7 +3,8 @@
 #   1. colocate: `python -m grpo_trainer` (the pod's entrypoint) with vllm.mode colocate on GPU 0: vLLM generates and
 #      TRL's weight sync lands (vLLM's logprobs keep tracking the trained model at a learning rate that moves it);
 #   2. server: the vLLM server argv the operator renders (`grpojob render`), started on the last GPU, healthy on
-#      /health; the trainer in server mode pointed at it: TRL's NCCL weight sync into the server, training to the end.
+#      /health; the trainer in server mode pointed at it: TRL's NCCL weight sync into the server, training to the end;
+#   3-4. the same with LoRA (spec.peft): the merged weights reach vLLM colocate and the server, the adapter is saved.
 # The model is examples/local-tiny (built offline by build_assets.py) unless GPU_CHECK_MODEL names another path.
 # Needs a Python with the CUDA lock installed (trainer_image/requirements-cuda.txt + this project):
 #   PYTHON=/opt/venv/bin/python bash scripts/gpu-check.sh      # e.g. inside the CUDA trainer image
@@ -82,14 +83,14 @@ PY
 }
 
 t0=$SECONDS
-echo "gpu-check: 1/2 colocate on GPU 0"
+echo "gpu-check: 1/4 colocate on GPU 0"
 config colocate "$WORK/colocate" > "$WORK/colocate.json"
 CUDA_VISIBLE_DEVICES=0 timeout 240 "$PY" -m grpo_trainer --config "$WORK/colocate.json" > "$WORK/colocate.log" 2>&1 \
   || { tail -30 "$WORK/colocate.log"; echo "gpu-check: colocate FAILED"; exit 1; }
 grep -q "generating with vLLM, colocate mode, on GPU" "$WORK/colocate.log" || { echo "gpu-check: colocate did not use vLLM"; exit 1; }
 report colocate "$WORK/colocate.log"
 
-echo "gpu-check: 2/2 server mode: vLLM server on GPU $SERVER_GPU, trainer on GPU 0"
+echo "gpu-check: 2/4 server mode: vLLM server on GPU $SERVER_GPU, trainer on GPU 0"
 PORT=$("$PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 cat > "$WORK/job.yaml" <<EOF
 apiVersion: grpo.dev/v1alpha1
@@ -141,4 +142,23 @@ if ! CUDA_VISIBLE_DEVICES=0 timeout 240 "$PY" -m grpo_trainer --config "$WORK/se
   echo "gpu-check: server mode FAILED"; exit 1
 fi
 report server "$WORK/trainer.log"
+
+# LoRA (spec.peft): TRL merges the adapter, syncs the merged weights into vLLM and unmerges; the same logprob measure
+# shows whether they landed (CPU proves colocate: tests/e2e/vllm/test_vllm_colocate_lora.py; NCCL into a server is
+# GPU-only). The server from step 2 is reused: the LoRA trainer pushes its own merged weights into it.
+with_lora() {
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["outputDir"] += "-lora"
+d["peft"] = {"r": 8, "alpha": 16, "dropout": 0.0, "targetModules": "all-linear"}; print(json.dumps(d))' "$1"
+}
+echo "gpu-check: 3/4 LoRA + vLLM colocate on GPU 0"
+with_lora "$WORK/colocate.json" > "$WORK/lora-colocate.json"
+CUDA_VISIBLE_DEVICES=0 timeout 240 "$PY" -m grpo_trainer --config "$WORK/lora-colocate.json" > "$WORK/lora-colocate.log" 2>&1 \
+  || { tail -30 "$WORK/lora-colocate.log"; echo "gpu-check: LoRA colocate FAILED"; exit 1; }
+[ -f "$WORK/colocate-lora/adapter_model.safetensors" ] || { echo "gpu-check: LoRA colocate saved no adapter"; exit 1; }
+report lora-colocate "$WORK/lora-colocate.log"
+echo "gpu-check: 4/4 LoRA + vLLM server (merged weights over NCCL)"
+with_lora "$WORK/server.json" > "$WORK/lora-server.json"
+CUDA_VISIBLE_DEVICES=0 timeout 240 "$PY" -m grpo_trainer --config "$WORK/lora-server.json" > "$WORK/lora-server.log" 2>&1 \
+  || { tail -30 "$WORK/lora-server.log"; echo "gpu-check: LoRA server mode FAILED"; exit 1; }
+report lora-server "$WORK/lora-server.log"
 echo "gpu-check: OK in $((SECONDS - t0)) s"

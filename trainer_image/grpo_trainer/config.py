@@ -9,7 +9,7 @@ import types
 import typing
 from typing import Any
 
-from .contract import SCHEMA_VERSION
+from .contract import REFUSED_INIT_KWARGS, SCHEMA_VERSION
 from .exitcodes import CONFIG, TrainerError
 
 VLLM_MODES = ("colocate", "server", "none")
@@ -29,10 +29,29 @@ class RewardSpec:
     name: str | None
     function: str | None
     weight: float = 1.0
+    model: str | None = None  # a reward model: Hub id or path (sequence classification, one label)
 
     @property
     def label(self) -> str:
-        return self.name or self.function or "?"
+        return self.name or self.function or (self.model.rstrip("/").split("/")[-1] if self.model else "?")
+
+
+@dataclasses.dataclass(frozen=True)
+class PeftSpec:
+    """spec.peft: LoRA through GRPOTrainer(peft_config=LoraConfig(...))."""
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: str | tuple[str, ...] | None = None  # None: PEFT's default for the architecture
+    modules_to_save: tuple[str, ...] | None = None
+
+    def lora_config(self):
+        from peft import LoraConfig
+
+        targets = list(self.target_modules) if isinstance(self.target_modules, tuple) else self.target_modules
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout, target_modules=targets,
+                          modules_to_save=list(self.modules_to_save) if self.modules_to_save else None,
+                          task_type="CAUSAL_LM")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +75,7 @@ class TrainerConfig:
     job_name: str = ""
     job_namespace: str = ""
     metrics_port: int = 0  # progress.metricsPort: serve Prometheus metrics here (local rank 0); 0 = off
+    peft: PeftSpec | None = None  # None: full fine-tuning
 
 
 def _err(msg: str) -> TrainerError:
@@ -111,10 +131,12 @@ def parse(doc: Any) -> TrainerConfig:
             raise _err(f"'rewards[{i}]' must be an object")
         name = _opt(r, "name", where, str, None)
         function = _opt(r, "function", where, str, None)
-        if (name is None) == (function is None):
-            raise _err(f"'rewards[{i}]' must set exactly one of 'name' (a built-in) or 'function' (module:function)")
+        reward_model = _opt(r, "model", where, str, None)
+        if sum(x is not None for x in (name, function, reward_model)) != 1:
+            raise _err(f"'rewards[{i}]' must set exactly one of 'name' (a built-in), 'function' (module:function) "
+                       "or 'model' (a reward model id or path)")
         weight = _opt(r, "weight", where, (int, float), 1.0)
-        rewards.append(RewardSpec(name=name, function=function, weight=float(weight)))
+        rewards.append(RewardSpec(name=name, function=function, weight=float(weight), model=reward_model))
     training = _req(doc, "training", "", dict)
     v = _opt(doc, "vllm", "", dict, {})
     mode = _opt(v, "mode", "vllm.", str, "none")
@@ -135,11 +157,38 @@ def parse(doc: Any) -> TrainerConfig:
     if not 0 <= metrics_port <= 65535:
         raise _err(f"'progress.metricsPort' must be a port number (0 = off), got {metrics_port}")
     job = _opt(doc, "job", "", dict, {})
+    peft = _peft(_opt(doc, "peft", "", dict, None))
     return TrainerConfig(
         model=model, dataset=dataset, rewards=tuple(rewards), training=dict(training), vllm=vllm,
         output_dir=output_dir, progress=bool(progress.get("enabled", False)), job_name=str(job.get("name") or ""),
-        job_namespace=str(job.get("namespace") or ""), metrics_port=metrics_port,
+        job_namespace=str(job.get("namespace") or ""), metrics_port=metrics_port, peft=peft,
     )
+
+
+def _names(p: dict, key: str) -> tuple[str, ...] | None:
+    value = _opt(p, key, "peft.", list, None)
+    if value is not None and (not value or not all(isinstance(v, str) and v for v in value)):
+        raise _err(f"'peft.{key}' must be a non-empty list of module names")
+    return tuple(value) if value is not None else None
+
+
+def _peft(p: dict | None) -> PeftSpec | None:
+    if p is None:
+        return None
+    r = _opt(p, "r", "peft.", int, 16)
+    alpha = _opt(p, "alpha", "peft.", int, 32)
+    dropout = float(_opt(p, "dropout", "peft.", (int, float), 0.05))
+    if r < 1 or alpha < 1 or not 0 <= dropout < 1:
+        raise _err(f"'peft' needs r >= 1, alpha >= 1 and 0 <= dropout < 1 (got r={r}, alpha={alpha}, dropout={dropout})")
+    targets: str | tuple[str, ...] | None
+    if isinstance(p.get("targetModules"), str):
+        if p["targetModules"] != "all-linear":
+            raise _err("'peft.targetModules' must be a list of module names or \"all-linear\"")
+        targets = "all-linear"
+    else:
+        targets = _names(p, "targetModules")
+    return PeftSpec(r=r, alpha=alpha, dropout=dropout, target_modules=targets,
+                    modules_to_save=_names(p, "modulesToSave"))
 
 
 def load(path: str) -> TrainerConfig:
@@ -183,6 +232,22 @@ def _type_mismatch(value: Any, annotation: Any) -> str | None:
     return " or ".join(_SIMPLE[o] for o in options if o in _SIMPLE)
 
 
+def model_init_kwargs(training: dict[str, Any]) -> dict[str, Any]:
+    """TRL's model_init_kwargs for the policy and reference model, as TRL's own grpo.py fills them: the user's
+    (dtype, attn_implementation, revision, ...), an explicit dtype (TRL's default, float32: fp32 weights, bf16/fp16
+    by autocast) and trust_remote_code never None (None makes transformers prompt on stdin)."""
+    raw = training.get("model_init_kwargs") or {}
+    if not isinstance(raw, dict):
+        raise _err("'training.model_init_kwargs' must be an object")
+    for key in raw:
+        if key in REFUSED_INIT_KWARGS:
+            raise _err(f"'training.model_init_kwargs.{key}' is not supported: {REFUSED_INIT_KWARGS[key]}")
+    out = dict(raw)
+    out.setdefault("dtype", "float32")
+    out["trust_remote_code"] = bool(training.get("trust_remote_code", False))
+    return out
+
+
 SERVER_NEEDS_CUDA = ("vllm.mode=server needs a CUDA GPU in the trainer pods: TRL 1.16 pushes the trained weights to the "
                      "vLLM server over NCCL (VLLMClient.init_communicator) and has no CPU path; on CPU use "
                      "vllm.mode: colocate (vLLM in every training process) or none, or give the trainer pods GPUs")
@@ -211,6 +276,8 @@ def grpo_kwargs(cfg: TrainerConfig, *, cuda: bool, warn=lambda msg: print(msg, f
             raise _err(f"'training.{key}' must be {expected}, got {type(value).__name__} {value!r}")
     kw: dict[str, Any] = dict(cfg.training)
     kw["output_dir"] = cfg.output_dir
+    kw["model_init_kwargs"] = model_init_kwargs(kw)
+    kw["trust_remote_code"] = kw["model_init_kwargs"]["trust_remote_code"]
     kw.setdefault("ddp_find_unused_parameters", False)
     if cfg.progress:
         kw.setdefault("disable_tqdm", True)  # the caller draws its own bar from the GRPO_PROGRESS lines

@@ -17,6 +17,16 @@ SCHEMA_VERSION = 1  # of the config JSON the operator renders (docs/trainer-conf
 CONFIG_DIR = "/etc/grpo"
 CONFIG_FILE = f"{CONFIG_DIR}/config.json"
 
+# training.modelInitKwargs keys TRL or torchrun decide: refused, with the reason, by the operator at admission
+# (rules/validation.py) and by the trainer (config.py).
+REFUSED_INIT_KWARGS = {
+    "device_map": "torchrun runs one model copy per process and TRL sets device_map itself; a device_map would "
+                  "spread each copy over the GPUs of the other processes",
+    "quantization_config": "quantized (QLoRA) training is not supported by this trainer yet",
+    "trust_remote_code": "set training.trustRemoteCode instead (one switch for the policy, reference and reward "
+                         "models, the tokenizer and vLLM)",
+}
+
 # ---------------------------------------------------------------------------------------------- pods
 LABEL_JOB = "grpo.dev/job-name"
 LABEL_ROLE = "grpo.dev/role"
@@ -53,8 +63,9 @@ BATCH = 13  # TRL's batch arithmetic rejected the spec at this world size (TRL's
 MODEL = 14  # the model or tokenizer cannot be loaded (no such path/repo, bad files)
 CHECKPOINT = 15  # the checkpoint to resume from exists but cannot be loaded
 STORAGE = 16  # the output directory cannot be written (permissions, read-only or full volume)
-HUB_DENIED = 17  # staging: the Hub refused the token (401 gated/private repo without access, 403)
-HUB_NOT_FOUND = 18  # staging: no such repo, revision or file on the Hub (404: a typo in spec.model/dataset)
+REMOTE_CODE = 17  # the model (or a reward model) ships its own code and training.trustRemoteCode is not true
+HUB_DENIED = 18  # staging: the Hub refused the token (401 gated/private repo without access, 403)
+HUB_NOT_FOUND = 19  # staging: no such repo, revision or file on the Hub (404: a typo in spec.model/dataset)
 
 # Retryable (>=128). 128+N is "killed by signal N" (143 = SIGTERM, 137 = SIGKILL e.g. the OOM killer).
 SIGNAL_BASE = 128
@@ -72,6 +83,7 @@ PERMANENT = {
     MODEL: "model error",
     CHECKPOINT: "checkpoint error",
     STORAGE: "storage error",
+    REMOTE_CODE: "remote code not trusted",
     HUB_DENIED: "hub access denied",
     HUB_NOT_FOUND: "not found on the hub",
 }
@@ -91,6 +103,7 @@ EXIT_REASONS = {
     MODEL: "ModelError",
     CHECKPOINT: "CheckpointError",
     STORAGE: "StorageError",
+    REMOTE_CODE: "RemoteCodeNotTrusted",
     HUB_DENIED: "HubAccessDenied",
     HUB_NOT_FOUND: "HubNotFound",
     PREEMPTED: "Preempted",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from .config import DatasetSpec
-from .exitcodes import DATASET, MODEL, TRANSIENT_IO, TrainerError
+from .exitcodes import DATASET, MODEL, REMOTE_CODE, TRANSIENT_IO, TrainerError
 
 _FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
 
@@ -70,13 +70,26 @@ def prepare_dataset(ds, spec: DatasetSpec, *, chat: bool):
     return ds
 
 
-def load_tokenizer(model: str):
+def check_model_config(model: str, *, revision: str | None = None, trust_remote_code: bool = False,
+                       what: str = "model") -> None:
+    """Read the model's config first (seconds, no weights): a missing model, or one that ships its own code while
+    trustRemoteCode is off, is a permanent error now instead of after the other models have loaded."""
+    from transformers import AutoConfig
+
+    check_model_path(model)
+    try:
+        AutoConfig.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
+    except Exception as e:
+        raise _model_error(model, what, e) from None
+
+
+def load_tokenizer(model: str, *, revision: str | None = None, trust_remote_code: bool = False):
     """The tokenizer (or processor) by Hub id or path, with a pad token (falls back to eos)."""
     from transformers import AutoTokenizer
 
     check_model_path(model)
     try:
-        tok = AutoTokenizer.from_pretrained(model)
+        tok = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
     except Exception as e:
         raise _model_error(model, "tokenizer", e) from None
     if getattr(tok, "pad_token", None) is None and getattr(tok, "eos_token", None) is not None:
@@ -91,18 +104,22 @@ def check_model_path(model: str) -> None:
                                   "(mount the volume that holds it, or use a Hub id)")
 
 
-def load_model(model: str, dtype=None):
-    """The causal LM by Hub id or path."""
+def load_model(model: str, **init_kwargs):
+    """The causal LM by Hub id or path (a PEFT adapter directory loads its base model plus the adapter)."""
     from transformers import AutoModelForCausalLM
 
     try:
-        return AutoModelForCausalLM.from_pretrained(model, dtype=dtype) if dtype else \
-            AutoModelForCausalLM.from_pretrained(model)
+        return AutoModelForCausalLM.from_pretrained(model, **init_kwargs)
     except Exception as e:
         raise _model_error(model, "model", e) from None
 
 
 def _model_error(model: str, what: str, e: BaseException) -> TrainerError:
+    if isinstance(e, ValueError) and "trust_remote_code" in str(e):
+        return TrainerError(REMOTE_CODE, f"the {what} {model!r} ships its own code (auto_map in its config.json) and "
+                                         "spec.training.trustRemoteCode is not true: set trustRemoteCode: true if you "
+                                         "trust that code (it runs in every trainer pod and vLLM), or use a model "
+                                         "that transformers supports natively")
     if _is_transient(e):
         return TrainerError(TRANSIENT_IO, f"{what} {model}: {type(e).__name__}: {e}")
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -23,6 +23,7 @@ from .contract import (  # noqa: F401
     OK,
     PERMANENT,
     PREEMPTED,
+    REMOTE_CODE,
     RETRYABLE,
     REWARD,
     SIGNAL_BASE,

@@ -127,11 +127,39 @@ def import_function(path: str) -> Callable:
     return obj
 
 
-def build(specs, *, max_completion_length: int, answer_column: str | None) -> list[Callable]:
-    """The reward callables for TRL, in the order of the specs (their weights go to GRPOConfig.reward_weights)."""
-    funcs: list[Callable] = []
+# model_init_kwargs that also shape a reward model (TRL applies all of the policy's; the revision is not applied:
+# it names a commit of the policy's repository, not of the reward model's).
+_REWARD_INIT_KEYS = ("dtype", "attn_implementation", "trust_remote_code")
+
+
+def load_reward_model(path: str, init_kwargs: dict[str, Any] | None = None):
+    """A reward model as TRL loads a string in reward_funcs: AutoModelForSequenceClassification, one label; TRL
+    names its metric after the last part of the id (rewards/<basename>/mean) and loads its tokenizer."""
+    from transformers import AutoModelForSequenceClassification
+
+    from . import data
+
+    kw = {k: v for k, v in (init_kwargs or {}).items() if k in _REWARD_INIT_KEYS}
+    trust = bool(kw.get("trust_remote_code", False))
+    try:  # the config first: a missing model or untrusted code fails before any weights load
+        data.check_model_config(path, trust_remote_code=trust, what="reward model")
+        try:
+            return AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, **kw)
+        except Exception as e:
+            raise data._model_error(path, "reward model", e) from None
+    except TrainerError as err:  # a reward that cannot be loaded is a reward error (12); 17 and 202 keep theirs
+        raise TrainerError(REWARD if err.code == data.MODEL else err.code, err.message) from None
+
+
+def build(specs, *, max_completion_length: int, answer_column: str | None,
+          init_kwargs: dict[str, Any] | None = None) -> list[Any]:
+    """The reward callables (and reward models) for TRL, in the order of the specs (their weights go to
+    GRPOConfig.reward_weights)."""
+    funcs: list[Any] = []
     for spec in specs:
-        if spec.function is not None:
+        if getattr(spec, "model", None) is not None:
+            funcs.append(load_reward_model(spec.model, init_kwargs))
+        elif spec.function is not None:
             funcs.append(import_function(spec.function))
         elif spec.name == "accuracy":
             if answer_column is None:

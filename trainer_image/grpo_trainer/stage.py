@@ -12,7 +12,7 @@ Model/dataset references that are paths (they exist, or start with / ./ ../ ~) a
 
 A marker per staged item ($HF_HOME/grpo-stage/<key>.json, naming the commit and files) makes a second run exit 0
 at once, with no request to the Hub. Progress: `GRPO_STAGE {json}` lines on stdout (contract.STAGE_PREFIX) with
-bytes and files done/total. Exit codes (contract.py): 0 staged; 17 the Hub refused access (401 gated, 403); 18 no such
+bytes and files done/total. Exit codes (contract.py): 0 staged; 18 the Hub refused access (401 gated, 403); 19 no such
 repo/revision/file (404); 202 the Hub failed (5xx, timeout, cut connection) after retries with backoff.
 """
 
@@ -213,7 +213,7 @@ def stage_dataset(item: Item, hf_home: Path) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------------------- errors
 def classify(exc: BaseException, item: Item) -> TrainerError | None:
-    """Permanent Hub answers (401/403 → 17, 404 → 18); None for what is worth retrying (5xx, timeouts, cuts)."""
+    """Permanent Hub answers (401/403 → 18, 404 → 19); None for what is worth retrying (5xx, timeouts, cuts)."""
     from huggingface_hub import errors as hf
 
     what = f"{item.label}"

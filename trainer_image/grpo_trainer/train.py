@@ -130,17 +130,22 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
 
     metrics = metrics_mod.start(cfg.metrics_port, cfg.job_name, cfg.job_namespace)
     # 1.-2. Cheap checks, then GRPOConfig (TRL's batch check with the real world size).
-    tokenizer, reward_funcs, train_dataset, args = _prepare(cfg, cuda)
+    tokenizer, reward_funcs, train_dataset, args, revision, trust = _prepare(cfg, cuda)
     # 3. The checkpoint to resume from; a job restarted after it already reached max_steps only re-saves the model
     #    (resuming at max_steps would make transformers train one more step).
     checkpoint = resume.latest_checkpoint(cfg.output_dir)
     if checkpoint and 0 < args.max_steps <= resume.step_of(checkpoint):
-        _save_finished(cfg, args, tokenizer, checkpoint)
+        _save_finished(cfg, args, tokenizer, checkpoint, trust)
         return 0, None
     # 4. The model and the trainer (vLLM's CPU settings go in before TRL imports vLLM).
+    #    The policy goes to TRL as its id, as TRL's grpo.py does: TRL loads it with model_init_kwargs (dtype,
+    #    attn_implementation, revision, trust_remote_code) after GRPOConfig, like the reference model.
     if args.use_vllm:
         _announce_vllm(cfg, args, cuda)
-    model = data.load_model(cfg.model, dtype=torch.bfloat16 if args.bf16 else None)
+        if revision:
+            from . import vllm_support
+
+            vllm_support.pin_revision(revision)
     from trl import GRPOTrainer
 
     from . import preemption as preempt
@@ -155,13 +160,13 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     if progress is not None:
         callbacks.append(progress)
     try:
-        trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
-                              processing_class=tokenizer, callbacks=callbacks)
+        trainer = GRPOTrainer(model=cfg.model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
+                              processing_class=tokenizer, callbacks=callbacks,
+                              peft_config=cfg.peft.lora_config() if cfg.peft is not None else None)
     except (ValueError, ZeroDivisionError) as e:
         if is_trl_batch_error(e):
             raise batch_error(e) from None
         raise
-    del model
     if checkpoint:
         log(f"resuming from {checkpoint}")
         guard_checkpoint_loading(trainer, checkpoint)
@@ -174,30 +179,34 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     return 0, trainer
 
 
-def _prepare(cfg: TrainerConfig, cuda: bool) -> tuple[Any, Any, Any, Any]:
-    """Steps 1-2 of run(): the checks that need no model (output volume, argument names, rewards import, tokenizer,
-    dataset columns), then GRPOConfig. Returns (tokenizer, reward functions, train dataset, GRPOConfig)."""
+def _prepare(cfg: TrainerConfig, cuda: bool) -> tuple[Any, Any, Any, Any, Any, bool]:
+    """Steps 1-2 of run(): the checks that need no model (output volume, argument names, the model's config and
+    whether it ships code, rewards import, tokenizer, dataset columns), then GRPOConfig. Returns (tokenizer, reward
+    functions, train dataset, GRPOConfig, the model's revision, trust_remote_code)."""
     check_output_writable(cfg.output_dir)
     kwargs = grpo_kwargs(cfg, cuda=cuda)
     from trl import GRPOConfig
 
     max_len = int(kwargs.get("max_completion_length") or GRPOConfig.max_completion_length or 512)
+    init_kwargs = kwargs["model_init_kwargs"]
+    revision, trust = init_kwargs.get("revision"), init_kwargs["trust_remote_code"]
+    data.check_model_config(cfg.model, revision=revision, trust_remote_code=trust)
     reward_funcs = rewards.build(cfg.rewards, max_completion_length=max_len,
-                                 answer_column=cfg.dataset.answer_column)
-    tokenizer = data.load_tokenizer(cfg.model)
+                                 answer_column=cfg.dataset.answer_column, init_kwargs=init_kwargs)
+    tokenizer = data.load_tokenizer(cfg.model, revision=revision, trust_remote_code=trust)
     raw = data.load_dataset(cfg.dataset)
     train_dataset = data.prepare_dataset(raw, cfg.dataset, chat=data.has_chat_template(tokenizer))
     # GRPOConfig runs TRL's batch check with the real world size (and initialises the process group).
     args = build_args(kwargs)
     plain_cpu_device(args)
-    return tokenizer, reward_funcs, train_dataset, args
+    return tokenizer, reward_funcs, train_dataset, args, revision, bool(trust)
 
 
-def _save_finished(cfg: TrainerConfig, args: Any, tokenizer: Any, checkpoint: str) -> None:
+def _save_finished(cfg: TrainerConfig, args: Any, tokenizer: Any, checkpoint: str, trust: bool) -> None:
     """A restart after the job already reached max_steps: re-save the checkpoint's model, report, no training."""
     log(f"{checkpoint} already reached max_steps={args.max_steps}; saving its model, no training")
     if args.process_index == 0:
-        data.load_model(checkpoint).save_pretrained(cfg.output_dir)
+        data.load_model(checkpoint, trust_remote_code=trust).save_pretrained(cfg.output_dir)
         tokenizer.save_pretrained(cfg.output_dir)
         if cfg.progress:
             emit_result(cfg, resume.step_of(checkpoint), args.max_steps, None, checkpoint, checkpoint)
@@ -208,6 +217,8 @@ def _save_trained(cfg: TrainerConfig, trainer: Any, tokenizer: Any, last: dict[s
     trainer.save_model(cfg.output_dir)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(cfg.output_dir)
+        log(f"saved the LoRA adapter (not merged; base model {cfg.model}) to {cfg.output_dir}" if cfg.peft is not None
+            else f"saved the model to {cfg.output_dir}")
         # The pod's termination message carries the final progress: the operator's last scrape may be a few
         # steps behind the end, and a finished job should say where it finished.
         write_final_progress(last, trainer.state.global_step, trainer.state.max_steps)

@@ -107,7 +107,7 @@ def _patch_trl_llm() -> None:
         return engine
 
     llm._grpo_cpu = True  # type: ignore[attr-defined]
-    vllm_generation.LLM = llm  # type: ignore[misc,assignment]  # a wrapper in place of the class, on purpose
+    vllm_generation.LLM = llm  # type: ignore[misc,assignment]  # a wrapper where TRL calls the class  # type: ignore[misc,assignment]  # a wrapper in place of the class, on purpose
 
 
 def check_plain_linears(llm) -> None:
@@ -128,3 +128,21 @@ def check_plain_linears(llm) -> None:
         raise RuntimeError(f"vLLM computes {len(bad)} linear layer(s) (e.g. {bad[0]}) from a repacked copy of the "
                            "weights, which TRL's weight sync does not update; this vLLM version is not supported by "
                            "grpo_trainer on CPU")
+
+
+def pin_revision(revision: str) -> None:
+    """TRL 1.16 builds colocate mode's `LLM(model=<id>)` without the revision: pin vLLM's model and tokenizer to the
+    revision the policy was loaded at (training.modelInitKwargs.revision), on GPU and CPU alike."""
+    from trl.generation import vllm_generation
+
+    original = vllm_generation.LLM
+    if getattr(original, "_grpo_revision", None) == revision:
+        return
+
+    def llm(*args, **kwargs):
+        kwargs.setdefault("revision", revision)
+        kwargs.setdefault("tokenizer_revision", revision)
+        return original(*args, **kwargs)
+
+    llm._grpo_revision = revision  # type: ignore[attr-defined]
+    vllm_generation.LLM = llm  # type: ignore[misc,assignment]  # a wrapper where TRL calls the class

@@ -25,19 +25,15 @@ from .models import (
     SHORT_NAMES,
     SINGULAR,
     VERSION,
-    BatchStatus,
     CacheSpec,
-    Condition,
     DatasetSpec,
     EnvVar,
     GRPOJob,
     GRPOJobSpec,
-    GRPOJobStatus,
     K8sObject,
     ObjectMeta,
     OutputSpec,
     PodTemplate,
-    ProgressStatus,
     RewardSpec,
     RunPolicy,
     SchedulingSpec,
@@ -47,6 +43,8 @@ from .models import (
     VllmSpec,
     training_kwargs,
 )
+from .peft import MODULE_NAME, PeftSpec
+from .status_models import BatchStatus, Condition, GRPOJobStatus, ProgressStatus
 from .vllm_server import VllmServerSpec
 
 # the package's public surface (explicit, so that mypy's no_implicit_reexport accepts `api.X`)
@@ -58,4 +56,5 @@ __all__ = [
     "DatasetSpec", "EnvVar", "GRPOJob", "GRPOJobSpec", "GRPOJobStatus", "K8sObject", "ObjectMeta", "OutputSpec",
     "PodTemplate", "ProgressStatus", "Quantity", "ResourceRequirements", "RewardSpec", "RunPolicy", "SchedulingSpec",
     "SecretKeyRef", "TemplateMetadata", "TrainingSpec", "VllmServerSpec", "VllmSpec", "training_kwargs", "CacheSpec",
+    "MODULE_NAME", "PeftSpec",
 ]

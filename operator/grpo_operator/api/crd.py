@@ -9,6 +9,7 @@ import yaml
 
 from . import cel
 from . import models as api
+from .status_models import GRPOJobStatus
 
 MAX_DESCRIPTION = 300  # keeps the CRD well under kubectl apply's 256 KiB last-applied annotation
 
@@ -127,7 +128,7 @@ def _schema_of(model: Any) -> dict[str, Any]:
 
 def openapi_schema() -> dict[str, Any]:
     spec = _schema_of(api.GRPOJobSpec)
-    status = _schema_of(api.GRPOJobStatus)
+    status = _schema_of(GRPOJobStatus)
     # Extra keys forbidden in the spec: the API server prunes unknown fields instead of failing, so the strict
     # check is the webhook's; the schema must not preserve them silently either.
     _drop_preserve_where_typed(spec)

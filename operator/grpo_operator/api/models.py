@@ -35,7 +35,7 @@ from .base import (
     ResourceRequirements,
     _Model,
 )
-from .status import ConditionType, Phase, listing
+from .peft import MODULE_NAME, PeftSpec  # noqa: F401 (MODULE_NAME: part of the api surface)
 from .vllm_server import VllmServerSpec
 
 GROUP = "grpo.dev"
@@ -97,12 +97,19 @@ class RewardSpec(_Model):
         default=None,
         description="A built-in reward: accuracy (GSM8K '#### n' or \\boxed{n} answers compared numerically "
         "with answerColumn), format (reasoning/answer tags), length (prefers concise completions). "
-        "Exactly one of name and function.",
+        "Exactly one of name, function and model.",
     )
     function: Optional[Annotated[str, Field(max_length=512, pattern=FUNCTION_PATTERN)]] = Field(
         default=None,
         description="A custom reward 'module:function' importable in the trainer pod (e.g. from a "
-        "ConfigMap mounted on PYTHONPATH). Exactly one of name and function.",
+        "ConfigMap mounted on PYTHONPATH). Exactly one of name, function and model.",
+    )
+    model: Optional[Annotated[str, Field(min_length=1, max_length=1024, pattern=REF_PATTERN)]] = Field(
+        default=None,
+        description="A reward model: Hugging Face Hub id or a path inside the pod, loaded as TRL does "
+        "(AutoModelForSequenceClassification, num_labels=1; the score is its logit). Its metric is named after the "
+        "last part of the id (rewards/<name>/mean); training.trustRemoteCode and modelInitKwargs' dtype and "
+        "attn_implementation apply. Exactly one of name, function and model.",
     )
     weight: Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)] = Field(
         default=1.0, description="Weight of this reward in the sum (TRL's reward_weights)."
@@ -110,8 +117,9 @@ class RewardSpec(_Model):
 
     @model_validator(mode="after")
     def _one_of(self) -> RewardSpec:
-        if (self.name is None) == (self.function is None):
-            raise ValueError("set exactly one of 'name' (a built-in: accuracy, format, length) or 'function' (module:function)")
+        if sum(x is not None for x in (self.name, self.function, self.model)) != 1:
+            raise ValueError("set exactly one of 'name' (a built-in: accuracy, format, length), 'function' (module:function) "
+                             "or 'model' (a reward model's Hub id or path)")
         return self
 
 
@@ -327,7 +335,7 @@ class GRPOJobSpec(_Model):
     )
     dataset: DatasetSpec = Field(description="The prompt dataset.")
     rewards: Annotated[list[RewardSpec], Field(min_length=1, max_length=32)] = Field(
-        description="Reward functions (at least one): built-ins by name or custom module:function, with weights."
+        description="Rewards (at least one): built-ins by name, custom module:function or reward models, with weights."
     )
     nodes: Annotated[StrictInt, Field(ge=1, le=1024)] = Field(
         default=1, description="Number of nodes (one torchrun pod per node).")
@@ -363,6 +371,8 @@ class GRPOJobSpec(_Model):
         default=None, description="Stage the model, reward models and dataset once onto a shared volume: a download "
         "pod fills it, trainers and vLLM read it offline, restarts download nothing (docs/cache.md)."
     )
+    peft: Optional[PeftSpec] = Field(default=None, description="LoRA fine-tuning (PEFT): checkpoints and the output "
+                                     "hold the adapter; absent: full fine-tuning. See docs/trainer.md.")
 
     @field_validator("training", mode="before")
     @classmethod
@@ -381,57 +391,6 @@ class GRPOJobSpec(_Model):
             if problems:
                 raise ValueError("; ".join(problems))
         return v
-
-
-class Condition(BaseModel):
-    type: str = Field(description=f"Condition type: {', '.join(ConditionType)}.")
-    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    reason: str = Field(default="", description="CamelCase reason.")
-    message: str = Field(default="", description="Human readable message.")
-    lastTransitionTime: Optional[str] = Field(default=None, description="When the status last changed (RFC 3339).")
-    observedGeneration: Optional[int] = Field(default=None, description="The .metadata.generation the condition was set for.")
-
-
-class BatchStatus(BaseModel):
-    worldSize: int = Field(description="Training processes: nodes × nprocPerNode (vLLM server GPUs excluded).")
-    nprocPerNode: int = Field(description="Training processes per node.")
-    generationBatchSize: int = Field(description="Completions generated per generation round (TRL generation_batch_size).")
-    stepsPerGeneration: int = Field(description="Optimizer steps per generation round.")
-    promptsPerGeneration: int = Field(description="Distinct prompts per generation round (generationBatchSize / numGenerations).")
-
-
-class ProgressStatus(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    step: Optional[int] = Field(default=None, description="Current optimizer step.")
-    maxSteps: Optional[int] = Field(default=None, description="Total steps.")
-    reward: Optional[float] = Field(default=None, description="Mean reward at the last logging step.")
-    rewardStd: Optional[float] = Field(default=None, description="Reward standard deviation.")
-    rewards: Optional[dict[str, float]] = Field(
-        default=None, description="Mean of each reward function at the last logging step (unweighted), by name.")
-    kl: Optional[float] = Field(default=None, description="KL to the reference model.")
-    completionLength: Optional[float] = Field(default=None, description="Mean completion length (tokens).")
-    learningRate: Optional[float] = Field(default=None, description="Learning rate.")
-    tokensPerSecond: Optional[float] = Field(default=None, description="Training throughput.")
-    etaSeconds: Optional[float] = Field(default=None, description="Estimated seconds left.")
-    updateTime: Optional[str] = Field(default=None, description="When the trainer logged this step (RFC 3339).")
-    display: Optional[str] = Field(default=None, description="step/maxSteps, for the STEP column.")
-
-
-class GRPOJobStatus(BaseModel):
-    phase: Optional[Phase] = Field(default=None, description=f"{listing(Phase)}.")
-    conditions: list[Condition] = Field(default_factory=list, description="Latest observations (Kubernetes API conventions).")
-    batch: Optional[BatchStatus] = Field(default=None, description="The batch breakdown the operator validated.")
-    progress: Optional[ProgressStatus] = Field(default=None, description="Live training progress reported by global rank 0.")
-    restarts: int = Field(default=0, description="Gang restarts so far.")
-    requeues: int = Field(
-        default=0, description="Of the restarts, those Kueue caused (it evicted the pods) or a resume under Kueue began; "
-        "they do not count against runPolicy.backoffLimit.")
-    lastFailureReason: Optional[str] = Field(default=None, description="Why the last pod failure happened.")
-    topology: Optional[str] = Field(default=None, description="nodes×GPUs, for the NODES×GPUS column.")
-    startTime: Optional[str] = Field(default=None, description="When the pods were first created.")
-    completionTime: Optional[str] = Field(default=None, description="When the job finished.")
-    observedGeneration: Optional[int] = Field(default=None, description="Last .metadata.generation acted on.")
-    message: Optional[str] = Field(default=None, description="Human readable summary of the phase.")
 
 
 class ObjectMeta(BaseModel):

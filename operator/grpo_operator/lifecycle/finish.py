@@ -27,7 +27,8 @@ def finish(draft: Draft) -> Decision:
 def dump_status(status: api.GRPOJobStatus) -> dict[str, Any]:
     """A status as the CRD expects it (and the API server stores it): JSON values, fields never set or None left
     out."""
-    return status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
+    dumped: dict[str, Any] = status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
+    return dumped
 
 
 def transition_events(old: Mapping[str, Any], new: Mapping[str, Any], decision: Decision) -> None:

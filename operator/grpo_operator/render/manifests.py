@@ -75,7 +75,7 @@ def trainer_config(job: api.GRPOJob, namespace: str, uid: str = "", output_dir: 
         "job": {"name": job.metadata.name, "namespace": namespace, "uid": uid},
         "model": spec.model,
         "dataset": spec.dataset.model_dump(),
-        "rewards": [r.model_dump() for r in spec.rewards],
+        "rewards": [{k: v for k, v in r.model_dump().items() if k != "model" or v is not None} for r in spec.rewards],
         "training": api.training_kwargs(spec.training),
         "vllm": {
             "mode": spec.vllm.mode,
@@ -87,6 +87,7 @@ def trainer_config(job: api.GRPOJob, namespace: str, uid: str = "", output_dir: 
         "outputDir": output_dir or f"{spec.output.path.rstrip('/')}/{n.base}",
         # GRPO_PROGRESS lines in the pod log, and /metrics on metricsPort: the operator's status.progress source
         "progress": {"enabled": True, "metricsPort": metrics_port},
+        **({"peft": spec.peft.model_dump(exclude_none=True)} if spec.peft is not None else {}),
     }
 
 

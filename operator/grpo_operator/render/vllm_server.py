@@ -56,8 +56,19 @@ def server_argv(job: api.GRPOJob, gpus: int, *, cpu: bool = False) -> list[str]:
         "--weight-transfer-config", json.dumps({"backend": "nccl"}),
         "--logprobs-mode", "processed_logprobs",
         "--max-logprobs", "-1",
+        *_model_args(api.training_kwargs(spec.training)),
         *server.extraArgs,
     ]
+
+
+def _model_args(t: dict[str, Any]) -> list[str]:
+    """The policy's revision and trust setting (training.modelInitKwargs.revision, training.trustRemoteCode) for the
+    vLLM server, so that it serves the weights the trainer loads (`trl vllm-serve` passes the same flags)."""
+    init = t.get("model_init_kwargs")
+    revision = init.get("revision") if isinstance(init, dict) else None
+    args = ["--revision", str(revision), "--tokenizer-revision", str(revision)] if revision else []
+    return args + (["--trust-remote-code"] if t.get("trust_remote_code") else [])
+
 
 
 def probes(job: api.GRPOJob) -> dict[str, Any]:

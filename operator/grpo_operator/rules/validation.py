@@ -80,6 +80,7 @@ _PATTERN_TEXT = {
     api.IMAGE_PATTERN: "must be an image reference like registry/name:tag",
     api.ABS_PATH_PATTERN: "must be an absolute path of letters, digits, '.', '_', '-' and '/'",
     api.ENV_NAME: "must be a valid environment variable name",
+    api.MODULE_NAME: "must be a module name of letters, digits, '_', '.' and '-' (e.g. q_proj)",
 }
 
 
@@ -226,6 +227,15 @@ def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any])
     return out
 
 
+def _model_init_errors(t: dict[str, Any]) -> list[FieldError]:
+    """modelInitKwargs that TRL or torchrun decide are refused with the reason (the trainer refuses them too)."""
+    init = t.get("model_init_kwargs")
+    if not isinstance(init, dict):
+        return []
+    return [FieldError(f"spec.training.modelInitKwargs.{key}", f"not supported: {contract.REFUSED_INIT_KWARGS[key]}")
+            for key in init if key in contract.REFUSED_INIT_KWARGS]
+
+
 def valid_namespace(namespace: Any) -> bool:
     return isinstance(namespace, str) and len(namespace) <= 63 and DNS1123_LABEL.match(namespace) is not None
 
@@ -319,6 +329,7 @@ def _validate_spec(name: str, spec_doc: Any) -> ValidationResult:
     res.topology = topo
     res.errors += _vllm_errors(spec, topo)
     t = api.training_kwargs(spec.training)
+    res.errors += _model_init_errors(t)
     br = batch.check(batch_input(spec, topo, t))
     res.batch = br.breakdown.as_dict() if br.breakdown else None
     res.errors += [FieldError(i.field, i.full_message()) for i in br.issues]

@@ -88,3 +88,10 @@ def test_build_order_and_errors():
         rewards.build([RewardSpec("lenght", None)], max_completion_length=8, answer_column=None)
     with pytest.raises(TrainerError, match="answerColumn"):
         rewards.build([RewardSpec("accuracy", None)], max_completion_length=8, answer_column=None)
+
+
+def test_a_missing_reward_model_is_a_reward_error(tmp_path):
+    with pytest.raises(TrainerError) as err:
+        rewards.build([RewardSpec(name=None, function=None, model=str(tmp_path / "no-rm"))], max_completion_length=8,
+                answer_column=None)
+    assert err.value.code == REWARD and "no-rm" in err.value.message

@@ -38,3 +38,17 @@ def test_a_linear_that_sync_cannot_reach_fails_at_start(bad):
 
 def test_an_engine_of_another_shape_is_not_checked():
     check_plain_linears(types.SimpleNamespace(llm_engine=None))
+
+
+def test_pin_revision_reaches_trls_colocate_llm(monkeypatch):
+    """TRL 1.16 builds LLM(model=<id>) without the revision: the wrapper adds it for model and tokenizer."""
+    from trl.generation import vllm_generation
+
+    from grpo_trainer.vllm_support import pin_revision
+
+    seen = []
+    monkeypatch.setattr(vllm_generation, "LLM", lambda *a, **kw: seen.append(kw))
+    pin_revision("abc123")
+    vllm_generation.LLM(model="org/model", trust_remote_code=True)
+    assert seen == [{"model": "org/model", "trust_remote_code": True, "revision": "abc123",
+                     "tokenizer_revision": "abc123"}]
