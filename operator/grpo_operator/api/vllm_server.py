@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator
 
-from .base import IMAGE_PATTERN, INT32_MAX, ResourceRequirements, _Model
+from .base import IMAGE_PATTERN, INT32_MAX, MAX_MAP, MAX_TOLERATIONS, ResourceRequirements, _Model
 
 DEFAULT_SERVER_GPU_MEMORY_UTILIZATION = 0.9  # trl vllm-serve's (and vllm serve's) default
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 1800  # a 70B model from a cold cache, with room
@@ -139,10 +139,10 @@ class VllmServerSpec(_Model):
         "string), e.g. [--max-num-seqs, '256']. Only known flags are accepted; the ones the operator sets (port, "
         "parallelism, memory, context length, prefix caching, TRL's weight-transfer settings) are refused.",
     )
-    nodeSelector: Optional[dict[str, str]] = Field(
+    nodeSelector: Optional[Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=MAX_MAP)]] = Field(
         default=None, description="The server pod's nodeSelector; default: spec.template.nodeSelector."
     )
-    tolerations: Optional[list[dict[str, Any]]] = Field(
+    tolerations: Optional[Annotated[list[dict[str, Any]], Field(max_length=MAX_TOLERATIONS)]] = Field(
         default=None, description="The server pod's tolerations (Kubernetes Toleration objects); default: "
         "spec.template.tolerations."
     )

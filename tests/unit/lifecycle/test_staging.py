@@ -87,7 +87,7 @@ def test_decision_table(j, p, cond, retries, action, reason):
 
 def test_failure_message_carries_the_hubs_words():
     msg = "grpo_trainer.stage: hub access denied (exit 18): model org/tiny@main: the repo is gated"
-    d = decide_staging(job(), pod("Failed", exit_code=17, message=msg), None, now=NOW)
+    d = decide_staging(job(), pod("Failed", exit_code=18, message=msg), None, now=NOW)
     assert d.action == Action.FAIL and "the repo is gated" in d.message and d.condition["reason"] == "HubAccessDenied"
 
 
