@@ -22,16 +22,6 @@ def _default_threads() -> None:
     os.environ["OMP_NUM_THREADS"] = str(max(1, cpus // local))
 
 
-def _termination_message(line: str) -> None:
-    """Kubernetes shows /dev/termination-log in the pod status; the operator copies it into the job's condition."""
-    path = os.environ.get("GRPO_TERMINATION_LOG", "/dev/termination-log")
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(line + "\n")
-    except OSError:
-        pass
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grpo_trainer", description=__doc__)
     parser.add_argument("--config", required=True, help="the trainer config JSON (docs/trainer-config.md)")
@@ -67,11 +57,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fail(err) -> int:
+    from .exitcodes import write_termination_message
+
     line = err.line()
     # Every rank prints its own line: under torchrun the agent may SIGKILL the others once one rank has failed.
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
-    _termination_message(line)
+    write_termination_message(line)
     return err.code
 
 

@@ -128,3 +128,13 @@ def storage_error(exc: OSError, path: str | None = None) -> TrainerError:
         fix = (f"make it writable by the trainer ({ids}): a volume whose driver applies the pod's fsGroup, or "
                "chown/chmod the hostPath or NFS export to that group")
     return TrainerError(STORAGE, f"cannot write {where}: {exc.strerror or exc}; {fix}")
+
+
+def write_termination_message(line: str) -> None:
+    """Kubernetes shows /dev/termination-log in the pod status; the operator copies it into the job's condition."""
+    path = os.environ.get("GRPO_TERMINATION_LOG", "/dev/termination-log")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass

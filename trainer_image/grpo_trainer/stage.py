@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .contract import STAGE_PREFIX
-from .exitcodes import CONFIG, HUB_DENIED, HUB_NOT_FOUND, TRANSIENT_IO, TrainerError
+from .exitcodes import CONFIG, HUB_DENIED, HUB_NOT_FOUND, TRANSIENT_IO, TrainerError, write_termination_message
 
 # What loading a causal LM/tokenizer reads (transformers 5): configs, tokenizers, chat templates, weights.
 BASE_PATTERNS = ("*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja", "tokenizer*")
@@ -297,13 +297,6 @@ def stage_all(items: list[Item], hf_home: Path, *, attempts: int = 5, backoff: f
 
 
 # --------------------------------------------------------------------------------------------------- main
-def _termination_message(line: str) -> None:
-    path = os.environ.get("GRPO_TERMINATION_LOG", "/dev/termination-log")
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(line + "\n")
-    except OSError:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,10 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     except TrainerError as e:
         line = e.line().replace("grpo_trainer:", "grpo_trainer.stage:", 1)
         sys.stderr.write(line + "\n")
-        _termination_message(line)
+        write_termination_message(line)
         return e.code
     emit(summary)
-    _termination_message(STAGE_PREFIX + json.dumps(summary, sort_keys=True))
+    write_termination_message(STAGE_PREFIX + json.dumps(summary, sort_keys=True))
     return 0
 
 
