@@ -202,7 +202,9 @@ class Draft:
 
     @property
     def any_started(self) -> bool:
-        return any(p.started for p in self.pods.current)
+        """The gang started: one of the current attempt's trainers did. A vLLM server started on its own before
+        the trainers (server mode) does not count: its trainers are still to be created."""
+        return any(p.started for p in self.pods.current if p.role == ROLE_TRAINER)
 
     # -- writing
     def set(self, ctype: str, status: str, reason: str, message: str, *, force_transition: bool = False) -> None:

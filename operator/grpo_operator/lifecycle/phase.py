@@ -18,7 +18,7 @@ def phase_from_pods(draft: Draft) -> bool:
     observed = {p.name for p in draft.pods.current}
     all_present = all(n in observed for n in draft.expected) and len(current) >= len(draft.expected)
     all_running = all_present and all(p.phase in (PodPhase.RUNNING, PodPhase.SUCCEEDED) and p.live for p in current)
-    unschedulable, gated = _scheduling(draft, current)
+    unschedulable, gated = scheduling(draft, current)
     if all_running:
         draft.status["phase"] = Phase.RUNNING
         draft.status["message"] = f"{nodes} node(s) running (attempt {attempt})"
@@ -55,7 +55,7 @@ def succeeded(draft: Draft) -> bool:
     return True
 
 
-def _scheduling(draft: Draft, current: list[PodInfo]) -> tuple[list[PodInfo], list[str]]:
+def scheduling(draft: Draft, current: list[PodInfo]) -> tuple[list[PodInfo], list[str]]:
     """Unschedulable and Queued (held at the gang scheduler's gate): the conditions, and the pods concerned."""
     unschedulable = [p for p in current if p.unschedulable]
     if unschedulable:

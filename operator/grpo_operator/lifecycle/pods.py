@@ -59,6 +59,8 @@ class PodInfo:
     unschedulable: Optional[str] = None  # the scheduler's message when PodScheduled=False/Unschedulable
     waiting: Optional[str] = None  # a container waiting reason worth surfacing (ImagePullBackOff…)
     synthetic: bool = False  # created by us a moment ago, not yet seen in the watch
+    ready: bool = False  # the Ready condition (a vLLM server's /health readiness probe passes)
+    start_time: Optional[_dt.datetime] = None  # status.startTime: the kubelet accepted the pod
     gang: GangFacts = GangFacts()  # what Kueue's gate, group, retriable flag and TerminationTarget say (gang.py)
 
     @property
@@ -114,10 +116,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
         wait = state.get("waiting")
         if wait and wait.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
             waiting = f"{wait.get('reason')}: {wait.get('message') or ''}".rstrip(": ")
-    unsched = None
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
-            unsched = cond.get("message") or "Unschedulable"
+    unsched, ready = _conditions(status)
     return PodInfo(
         name=meta.get("name", ""),
         uid=meta.get("uid"),
@@ -136,8 +135,20 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
         message=(message or None) and str(message)[:1024],
         unschedulable=unsched,
         waiting=waiting,
+        ready=ready,
+        start_time=parse_time(status.get("startTime")),
         gang=gang_facts(body),
     )
+
+
+def _conditions(status: Mapping[str, Any]) -> tuple[Optional[str], bool]:
+    """The scheduler's message when PodScheduled=False/Unschedulable, and whether the pod is Ready."""
+    unsched, ready = None, False
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+            unsched = cond.get("message") or "Unschedulable"
+        ready = ready or (cond.get("type") == "Ready" and cond.get("status") == "True")
+    return unsched, ready
 
 
 # ---------------------------------------------------------------------------------------------- failures

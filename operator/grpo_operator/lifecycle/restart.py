@@ -59,6 +59,12 @@ def restart_or_fail(draft: Draft) -> bool:
     failures = current_failures(draft)
     if not failures:
         return False
+    return restart_for(draft, failures)
+
+
+def restart_for(draft: Draft, failures: list[Failure]) -> bool:
+    """These failures of the current attempt: Failed (a permanent one, or runPolicy.backoffLimit used up), else a
+    gang restart of every pod after a backoff (lifecycle/server_wait.py's start-up deadline comes here too)."""
     status, limit = draft.status, draft.spec.runPolicy.backoffLimit
     permanent = [f for f in failures if not f.retryable]
     first = (permanent or failures)[0]

@@ -48,7 +48,6 @@ from typing import Any, Optional
 
 from .. import api
 from . import gang as gang_rules
-from .conditions import parse_time
 from .pods import Failure, PodInfo, PodPhase, classify, summarize_pod
 
 # Actions, in the order a healthy job meets them.
@@ -80,10 +79,14 @@ class ServerPod:
 def observe_server(body: Mapping[str, Any]) -> ServerPod:
     """A server pod's body → ServerPod. Tolerates any missing field."""
     status = body.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     restarts = sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or [])
-    return ServerPod(pod=summarize_pod(body), ready=ready, started=parse_time(status.get("startTime")),
-                     restarts=restarts)
+    pod = summarize_pod(body)
+    return ServerPod(pod=pod, ready=pod.ready, started=pod.start_time, restarts=restarts)
+
+
+def server_of(pod: PodInfo) -> ServerPod:
+    """A server pod's summary (what the operator's pod index keeps) → ServerPod."""
+    return ServerPod(pod=pod, ready=pod.ready, started=pod.start_time)
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,7 @@ def plan(job: api.GRPOJob, servers: Sequence[ServerPod], trainers: Sequence[PodI
             return ServerDecision(RESTART_ALL, SERVER_FAILED, f.message, failure=f,
                                   delete=tuple(p.name for p in [*(s.pod for s in live), *trainers_live]))
         return ServerDecision(CREATE_SERVER, WAITING_FOR_SERVER,
-                              "creating the vLLM server; the trainers start once it is Ready")
+                              "waiting for the vLLM server: creating it; the trainers start once it is Ready")
     if not trainers_live:
         if all(s.ready for s in live):
             return ServerDecision(CREATE_TRAINERS, SERVER_KEPT if evidence.server_reused else "",

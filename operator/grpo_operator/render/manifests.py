@@ -399,6 +399,11 @@ def _gang(job: api.GRPOJob, namespace: str, objs: list[dict[str, Any]], *, uid: 
     n = names(job.metadata.name or "")
     pods = [o for o in objs if o["kind"] == "Pod"]
     group = kueue_group or podgroup.kueue_group_name(n.base, uid, attempt)
+    if podgroup.kueue_queue(job) is None:
+        # server mode creates the server before the trainers (lifecycle/server_wait.py): a PodGroup that counted it
+        # would hold it at Permit until the trainers exist, so the gang is the trainers (server_order.gang_groups).
+        # Under Kueue the pods are still created together, in one group (not wired: docs/operator.md).
+        pods = [p for p in pods if p["metadata"]["labels"].get(LABEL_ROLE) != ROLE_VLLM]
     for pod in pods:
         podgroup.decorate_pod(pod, job, pod_group_name=n.base, kueue_group=group, total=len(pods))
     labels = {k: v for k, v in _labels(job, n, ROLE_TRAINER).items()
@@ -406,5 +411,5 @@ def _gang(job: api.GRPOJob, namespace: str, objs: list[dict[str, Any]], *, uid: 
     pg = podgroup.pod_group(job, pods, name=n.base, namespace=namespace, labels=labels,
                             annotations={ANNOTATION_JOB: job.metadata.name or ""}, uid=uid)
     if pg is not None:
-        objs.insert(objs.index(pods[0]), pg)
+        objs.insert(next(i for i, o in enumerate(objs) if o["kind"] == "Pod"), pg)
     return objs

@@ -158,7 +158,7 @@ def _owner(job_name: str, uid: str) -> list[dict[str, Any]]:
 def pod_group(job: api.GRPOJob, pods: Sequence[Mapping[str, Any]], *, name: str, namespace: str,
               labels: Mapping[str, str], annotations: Mapping[str, str], uid: str = "") -> Optional[dict[str, Any]]:
     """The job's PodGroup for spec.scheduling.gang (None without one). `pods`: the rendered pods of one attempt,
-    all of which must start together (trainers and the vLLM server)."""
+    all of which must start together: the trainers (a vLLM server is created before them, outside the group)."""
     gang, scheduling = gang_of(job), job.spec.scheduling
     if gang is None or scheduling is None:
         return None

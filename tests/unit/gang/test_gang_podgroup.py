@@ -107,12 +107,16 @@ def test_pod_group_is_valid_for_the_real_crd(gang: str, api_version: str, server
     assert pg["metadata"]["ownerReferences"] == [{
         "apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob", "name": "qwen",
         "uid": "0b7e8f3a-1111-2222-3333-444455556666", "controller": True, "blockOwnerDeletion": True}]
-    # every pod that must start together: 2 trainers (+ the vLLM server)
-    assert pg["spec"]["minMember"] == 2 + server
+    # every pod that must start together: the 2 trainers. The vLLM server is created before them (server_order's
+    # gang_groups): a PodGroup counting it would hold it at Permit until the trainers exist, which wait for it.
+    assert pg["spec"]["minMember"] == 2
     expected = {"cpu": "31", "memory": "128Gi", "nvidia.com/gpu": "8"}  # requests win over limits: 2 × 15.5 cpu
-    if server:
-        expected = {"cpu": "31", "memory": "131584Mi", "nvidia.com/gpu": "9"}  # + 512Mi; the server asks no cpu
     assert pg["spec"]["minResources"] == expected
+    _, objs = render(job_body(scheduling={"gang": gang}, server=server))
+    grouped = [o["metadata"]["labels"].get(g.COSCHEDULING_POD_GROUP_LABEL)
+               or o["metadata"]["annotations"].get(g.VOLCANO_GROUP_NAME_ANNOTATION)
+               for o in objs if o["kind"] == "Pod"]
+    assert grouped == ["qwen", "qwen"] + ([None] if server else []) or grouped == ([None] if server else []) + ["qwen", "qwen"]
 
 
 def test_coscheduling_spec_fields() -> None:
@@ -153,7 +157,13 @@ def test_the_schema_check_catches_what_the_api_server_would_prune_or_reject() ->
 def test_pods_point_at_their_pod_group(gang: str) -> None:
     _, pods = rendered(job_body(scheduling={"gang": gang}, server=True))
     assert len(pods) == 3
+    server = [p for p in pods if p["metadata"]["labels"]["grpo.dev/role"] == "vllm-server"]
+    assert len(server) == 1  # created before the trainers, outside their PodGroup (server_order.gang_groups)
+    assert g.COSCHEDULING_POD_GROUP_LABEL not in server[0]["metadata"]["labels"]
+    assert g.VOLCANO_GROUP_NAME_ANNOTATION not in server[0]["metadata"]["annotations"]
     for pod in pods:
+        if pod is server[0]:
+            continue
         if gang == "coscheduling":
             assert pod["metadata"]["labels"][g.COSCHEDULING_POD_GROUP_LABEL] == "qwen"
             assert "schedulerName" not in pod["spec"]  # the user's template decides (scheduler-plugins' profile)

@@ -1,0 +1,80 @@
+"""Server mode's order, as a step of decide(): the vLLM server pod(s) first, the trainers only once every server pod
+is Ready, and a start-up deadline (spec.vllm.server.startupTimeoutSeconds) past which the attempt ends as a
+retryable failure of the server. The decisions are lifecycle/server_order.py's plan(); this step carries them out
+on the Draft.
+
+Placed after wait_for_previous_attempt (the attempt may start) and before create_pods (which creates the trainers
+once this step lets the pass through). While it waits it settles the pass: status Pending, the Running condition
+False with reason WaitingForVllmServer, a timer for the deadline.
+
+Not wired (docs/operator.md "vLLM server mode"): under Kueue a server-mode job keeps the old all-at-once creation
+(its pod group counts the server with the trainers, and Kueue gates the group until every pod exists); a trainer's
+retryable failure still restarts the server too (server_order's RESTART_TRAINERS is not acted on)."""
+
+from __future__ import annotations
+
+from ..api.status import ConditionType, Phase, Reason
+from ..render import podgroup
+from . import server_order as so
+from .conditions import fmt_time
+from .draft import Draft
+from .phase import scheduling
+from .pods import ROLE_TRAINER, ROLE_VLLM, PodInfo
+from .restart import restart_for
+
+
+def server_first(draft: Draft) -> bool:
+    """Withhold the trainers until every server pod of the current attempt is Ready (server mode, not Kueue)."""
+    job = draft.checked.job
+    if job.spec.vllm.mode != "server" or podgroup.kueue_queue(job) is not None:
+        return False
+    current = draft.pods.current
+    if any(p.role == ROLE_TRAINER for p in draft.current):  # the trainers exist: decide()'s usual rules
+        return False
+    server_names = draft.expected[draft.nodes:]  # pod_names(): the trainers by rank, then the server's
+    servers = [so.server_of(p) for p in current if p.role == ROLE_VLLM]
+    d = so.plan(job, servers, [], draft.now, expected_servers=len(server_names))
+    if d.action == so.CREATE_TRAINERS or d.action == so.PROCEED:
+        return False  # create_pods creates the missing trainers
+    if d.action == so.RESTART_ALL and d.failure is not None:  # the start-up deadline (a failed server: restart_or_fail)
+        return restart_for(draft, [d.failure])
+    if d.action == so.CREATE_SERVER:
+        _create_servers(draft, [n for n in server_names if n not in {p.name for p in current}])
+    _waiting(draft, d)
+    return True
+
+
+def _create_servers(draft: Draft, missing: list[str]) -> None:
+    attempt = draft.pods.attempt
+    if not missing or missing[0] in draft.conflict_names:
+        return  # note_conflicts said so (Created=False)
+    draft.decision.create_attempt = attempt
+    draft.decision.create_pods = missing
+    if draft.status.get("startTime") is None:
+        draft.status["startTime"] = fmt_time(draft.now)
+        deadline = draft.spec.runPolicy.activeDeadlineSeconds
+        if deadline is not None:
+            draft.decision.requeue(deadline)
+    if draft.is_true(ConditionType.RESTARTING):  # the next attempt has begun, with its server
+        draft.set(ConditionType.RESTARTING, "False", Reason.PODS_RECREATED,
+                  f"attempt {attempt} started after {attempt} restart(s): its vLLM server first")
+    draft.current += [PodInfo(name=n, attempt=attempt, owner_uid=draft.job.uid, role=ROLE_VLLM, synthetic=True)
+                      for n in missing]
+
+
+def _waiting(draft: Draft, d: so.ServerDecision) -> None:
+    """Pending, and why: the server's own state (unschedulable, an image pull) when it has one."""
+    unschedulable, _ = scheduling(draft, draft.current)
+    message = f"{d.message} (attempt {draft.pods.attempt})"
+    waiting = [p for p in draft.current if p.waiting]
+    if unschedulable:
+        message += f"; unschedulable: {unschedulable[0].unschedulable}"
+    elif waiting:
+        message += f"; {waiting[0].name}: {waiting[0].waiting}"
+    draft.status["phase"] = Phase.PENDING
+    draft.status["message"] = message
+    draft.set(ConditionType.RUNNING, "False", d.reason or so.WAITING_FOR_SERVER, message)
+    if d.requeue_after is not None:
+        draft.decision.requeue(d.requeue_after)
+    if any(p.synthetic for p in draft.current):
+        draft.decision.requeue(draft.policy.expectation_ttl)
