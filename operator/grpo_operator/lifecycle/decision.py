@@ -35,6 +35,7 @@ from .finish import finish
 from .phase import phase_from_pods
 from .pods import PodInfo
 from .restart import adopt_newest_attempt, delete_other_attempts, restart_or_fail, wait_for_previous_attempt
+from .staging import stage
 from .suspend import resume, suspend
 from .terminal import enforce_deadline, keep_terminal
 from .validity import reject_invalid
@@ -42,9 +43,9 @@ from .validity import reject_invalid
 Step = Callable[[Draft], bool]
 
 # The order matters: the first step that settles the job ends the pass. A new step goes where its precondition
-# holds. Two are planned (docs/architecture.md): a download step (the model and dataset fetched once before the
-# trainers) and a server step (a vLLM server Ready before the trainers) — both between wait_for_previous_attempt
-# (the attempt may start) and create_pods (the trainers are created), each settling the pass while it waits.
+# holds. Between wait_for_previous_attempt (the attempt may start) and create_pods (the trainers are created): the
+# download step (spec.cache: the model and dataset fetched once, before the trainers) and, planned, a server step (a
+# vLLM server Ready before the trainers); each settles the pass while it waits (docs/architecture.md).
 STEPS: tuple[Step, ...] = (
     reject_invalid,             # an invalid spec: Rejected, no pods (else: clear Rejected, topology, batch)
     keep_terminal,              # Succeeded/Failed stay; what still runs is deleted; TTL
@@ -56,7 +57,8 @@ STEPS: tuple[Step, ...] = (
     note_conflicts,             # our pod names owned by something else
     restart_or_fail,            # failures of the current attempt: gang restart, or Failed
     wait_for_previous_attempt,  # the older attempt's pods still exist, or the backoff runs
-    # (planned here: download, then server-ready)
+    stage,                      # spec.cache: the download pod first; Staged=True before any trainer (staging.py)
+    # (planned here: server-ready)
     create_pods,                # the current attempt's missing pods
     phase_from_pods,            # Succeeded / Running / Pending from the current attempt's pods
 )
