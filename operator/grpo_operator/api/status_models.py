@@ -52,6 +52,9 @@ class GRPOJobStatus(BaseModel):
     requeues: int = Field(
         default=0, description="Of the restarts, those Kueue caused (it evicted the pods) or a resume under Kueue began; "
         "they do not count against runPolicy.backoffLimit.")
+    stagingRetries: int = Field(
+        default=0, description="spec.cache: download pods that failed with a retryable error and were replaced "
+        "(bounded by runPolicy.backoffLimit; docs/cache.md).")
     lastFailureReason: Optional[str] = Field(default=None, description="Why the last pod failure happened.")
     topology: Optional[str] = Field(default=None, description="nodes×GPUs, for the NODES×GPUS column.")
     startTime: Optional[str] = Field(default=None, description="When the pods were first created.")

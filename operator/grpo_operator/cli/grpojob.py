@@ -11,6 +11,7 @@ from typing import Any, Optional
 import yaml
 
 from ..api import crd
+from ..render import job as render_job
 from ..render import manifests, vllm_server
 from ..rules import validation
 from . import documents
@@ -158,8 +159,8 @@ def cmd_render(args: argparse.Namespace) -> int:
                 print(f"{args.file}: {name}: error: {e.field}: {e.message}", file=sys.stderr)
             code = EXIT_UNREADABLE if res.not_a_grpojob else max(code, EXIT_INVALID)
             continue
-        objects += manifests.render(res.job, res.topology, _namespace(doc.body, args.namespace), image=args.image,
-                                    attempt=args.attempt)
+        objects += render_job.render(res.job, res.topology, _namespace(doc.body, args.namespace), image=args.image,
+                                     attempt=args.attempt)
     if code != EXIT_OK:
         return code
     if not objects:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 
 from .. import lifecycle
-from ..render import manifests
+from ..render import initializer, manifests
 
 Key = tuple[str, str]  # (namespace, job name)
 FOREIGN_TTL = 60.0
@@ -42,10 +42,12 @@ class Expectations:
         expected = self._created.get(key, {})
         for name, (attempt, t) in list(expected.items()):
             p = seen.get(name)
-            if (p is not None and p.attempt >= attempt) or now - t > self.ttl:
+            # the download pod is one per job: seen at all is seen (its annotation carries no attempt)
+            if (p is not None and (p.attempt >= attempt or p.role == lifecycle.ROLE_INITIALIZER)) \
+                    or now - t > self.ttl:
                 del expected[name]
             elif p is None:
-                role = lifecycle.ROLE_VLLM if name == manifests.names(key[1]).vllm_pod(0) else lifecycle.ROLE_TRAINER
+                role = _role(key[1], name)
                 pods.append(lifecycle.PodInfo(name=name, attempt=attempt, owner_uid=job_uid, role=role, synthetic=True))
         foreign = self._foreign.get(key, {})
         for name, (info, t) in list(foreign.items()):
@@ -58,3 +60,9 @@ class Expectations:
     def forget(self, key: Key) -> None:
         self._created.pop(key, None)
         self._foreign.pop(key, None)
+
+
+def _role(job: str, pod: str) -> str:
+    if pod == initializer.pod_name(job):
+        return lifecycle.ROLE_INITIALIZER
+    return lifecycle.ROLE_VLLM if pod == manifests.names(job).vllm_pod(0) else lifecycle.ROLE_TRAINER

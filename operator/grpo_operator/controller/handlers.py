@@ -36,6 +36,7 @@ from .. import api, lifecycle
 from ..api import gang as gang_names
 from ..api.status import Phase
 from ..lifecycle import progress as progress_mod
+from ..render import job as render_job
 from ..render import manifests
 from ..rules import validation
 from . import events, ha, kube, podwatch, refused, registration, webhookconfig
@@ -349,8 +350,8 @@ class Controller:
         assert self.kube is not None and res.job is not None and res.topology is not None
         ns, name = key
         uid = (body.get("metadata") or {}).get("uid", "")
-        objs = manifests.render(res.job, res.topology, ns, uid=uid, image=self.config.image, attempt=attempt,
-                                metrics_port=self.config.trainer_metrics_port, kueue_group=kueue_group)
+        objs = render_job.render(res.job, res.topology, ns, uid=uid, image=self.config.image, attempt=attempt,
+                                 metrics_port=self.config.trainer_metrics_port, kueue_group=kueue_group)
         wanted = set(pod_names)
         support = [o for o in objs if o["kind"] != "Pod"]
         pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["name"] in wanted]

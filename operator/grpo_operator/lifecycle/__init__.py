@@ -8,6 +8,7 @@
     terminal     fail, keep_terminal, enforce_deadline
     suspend      suspend, resume
     restart      adopt_newest_attempt, delete_other_attempts, restart_or_fail, wait_for_previous_attempt
+    staging      stage (spec.cache: the download pod before the trainers), decide_staging
     create       note_conflicts, create_pods
     phase        phase_from_pods
     finish       after every pass: the status, transition Events, force-deleting stuck pods; status_patch
@@ -28,6 +29,7 @@ from .pods import (
                        NODE_LOST_REASONS,
                        OWNER_KIND,
                        RETRYABLE_POD_REASONS,
+                       ROLE_INITIALIZER,
                        ROLE_TRAINER,
                        ROLE_VLLM,
                        Failure,
@@ -43,7 +45,7 @@ from .validity import BATCH_KEYS
 __all__ = [
     "BATCH_KEYS", "STEPS", "Decision", "Draft", "JobEvent", "JobView", "Policy", "ValidJob", "backoff_seconds",
     "clean_status", "decide", "force_stuck", "status_patch", "GangPolicy", "KueueGang", "PodGroupGang",
-    "NODE_LOST_REASONS", "OWNER_KIND", "RETRYABLE_POD_REASONS", "ROLE_TRAINER", "ROLE_VLLM", "Failure", "PodInfo",
-    "PodPhase", "PodSets", "as_int", "classify", "summarize_pod",
+    "NODE_LOST_REASONS", "OWNER_KIND", "RETRYABLE_POD_REASONS", "ROLE_INITIALIZER", "ROLE_TRAINER", "ROLE_VLLM", "Failure",
+    "PodInfo", "PodPhase", "PodSets", "as_int", "classify", "summarize_pod",
     "clear_condition", "fmt_time", "get_condition", "is_true", "now_utc", "parse_time", "set_condition",
 ]

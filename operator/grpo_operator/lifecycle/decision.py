@@ -36,6 +36,7 @@ from .phase import phase_from_pods
 from .pods import PodInfo
 from .restart import adopt_newest_attempt, delete_other_attempts, restart_or_fail, wait_for_previous_attempt
 from .server_wait import server_first
+from .staging import stage
 from .suspend import resume, suspend
 from .terminal import enforce_deadline, keep_terminal
 from .validity import reject_invalid
@@ -44,8 +45,8 @@ Step = Callable[[Draft], bool]
 
 # The order matters: the first step that settles the job ends the pass. A new step goes where its precondition
 # holds. Between wait_for_previous_attempt (the attempt may start) and create_pods (the trainers are created): the
-# server step (server mode: a vLLM server Ready before the trainers) and, planned (docs/architecture.md), a download
-# step (the model and dataset fetched once before the trainers), each settling the pass while it waits.
+# download step (spec.cache: the model and dataset fetched once, before any server or trainer) and the server step
+# (server mode: a vLLM server Ready before the trainers), each settling the pass while it waits (docs/architecture.md).
 STEPS: tuple[Step, ...] = (
     reject_invalid,             # an invalid spec: Rejected, no pods (else: clear Rejected, topology, batch)
     keep_terminal,              # Succeeded/Failed stay; what still runs is deleted; TTL
@@ -57,7 +58,7 @@ STEPS: tuple[Step, ...] = (
     note_conflicts,             # our pod names owned by something else
     restart_or_fail,            # failures of the current attempt: gang restart, or Failed
     wait_for_previous_attempt,  # the older attempt's pods still exist, or the backoff runs
-    # (planned here: download)
+    stage,                      # spec.cache: the download pod first; Staged=True before any server or trainer
     server_first,               # server mode: the vLLM server Ready before the trainers (its start-up deadline)
     create_pods,                # the current attempt's missing pods
     phase_from_pods,            # Succeeded / Running / Pending from the current attempt's pods

@@ -79,6 +79,8 @@ class JobView:
     deleting: bool
     status: dict[str, Any]
     result: validation.ValidationResult  # validation.validate(body)
+    # spec.cache: the download pod's last GRPO_STAGE progress record, read by the controller (None: not read)
+    stage_progress: Optional[dict[str, Any]] = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], result: Optional[validation.ValidationResult] = None) -> JobView:
@@ -173,6 +175,10 @@ class Draft:
         return manifests.pod_names(self.checked.job, self.nodes, self.pods.attempt)
 
     @property
+    def stage_progress(self) -> Optional[dict[str, Any]]:
+        return self.job.stage_progress
+
+    @property
     def requeues(self) -> int:
         return as_int(self.status.get("requeues"), 0)
 
@@ -182,7 +188,9 @@ class Draft:
         attempt = self.status["restarts"] = self.pods.attempt + 1
         if not charged:
             self.status["requeues"] = self.requeues + 1
-        self.pods = PodSets.sort(self.job.uid, self.pods.ours + self.pods.stale + self.pods.foreign, attempt)
+        kept = self.pods.ours + self.pods.stale + self.pods.foreign
+        self.pods = PodSets.sort(self.job.uid, kept + ((self.pods.initializer,) if self.pods.initializer else ()),
+                                 attempt)
         self.current = list(self.pods.current)
         return attempt
 
@@ -216,6 +224,13 @@ class Draft:
 
     def is_true(self, ctype: str) -> bool:
         return is_true(self.conditions, ctype)
+
+    def stop_initializer(self) -> None:
+        """A job that ends or is suspended stops a download still running (it resumes where it stopped when the
+        job is resumed); a finished download pod stays for its log until the job is garbage-collected."""
+        pod = self.pods.initializer
+        if pod is not None and pod.phase not in PodPhase.FINISHED:
+            self.delete([pod])
 
     def delete(self, pods: Iterable[PodInfo]) -> None:
         """Delete these pods (those not already on their way out, each once)."""

@@ -20,6 +20,7 @@ from .gang import facts as gang_facts
 
 ROLE_TRAINER = contract.ROLE_TRAINER
 ROLE_VLLM = contract.ROLE_VLLM
+ROLE_INITIALIZER = contract.ROLE_INITIALIZER
 OWNER_KIND = api.KIND
 
 
@@ -203,6 +204,8 @@ class PodSets:
     other_attempt  ours, of an older attempt (deleted before the next attempt starts)
     stale          of an older GRPOJob of the same name, its garbage collection pending (deleted)
     foreign        owned by something else: a conflict, never touched
+    initializer    ours, the spec.cache download pod (one per job, not per attempt): kept out of the attempts, so it
+                   is never counted, restarted or replaced as a trainer (lifecycle/staging.py owns it)
     """
 
     attempt: int  # the current attempt: status.restarts, or newer when pods prove it (a lost status write)
@@ -211,12 +214,16 @@ class PodSets:
     stale: tuple[PodInfo, ...]
     foreign: tuple[PodInfo, ...]
     ours: tuple[PodInfo, ...]  # current and other_attempt, in the order observed
+    initializer: Optional[PodInfo] = None
 
     @classmethod
     def sort(cls, job_uid: str, pods: Iterable[PodInfo], recorded_attempt: int) -> PodSets:
         ours, stale, foreign = [], [], []
+        initializer: Optional[PodInfo] = None
         for p in pods:
-            if p.owner_uid == job_uid:
+            if p.owner_uid == job_uid and p.role == ROLE_INITIALIZER:
+                initializer = p
+            elif p.owner_uid == job_uid:
                 ours.append(p)
             elif p.owner_kind == OWNER_KIND and p.owner_uid:
                 stale.append(p)
@@ -226,4 +233,4 @@ class PodSets:
         return cls(attempt=attempt,
                    current=tuple(p for p in ours if p.attempt == attempt),
                    other_attempt=tuple(p for p in ours if p.attempt < attempt),
-                   stale=tuple(stale), foreign=tuple(foreign), ours=tuple(ours))
+                   stale=tuple(stale), foreign=tuple(foreign), ours=tuple(ours), initializer=initializer)

@@ -1,12 +1,13 @@
 """spec.cache: when to create the download pod, wait for it, go on to the trainers, retry or fail (pure; the clock is
-passed in). The lead wires `decide_staging` into lifecycle/decision.py: before any trainer or vLLM pod is created,
-the job's ConfigMap first (the initializer reads the config), then this decision; trainers only on PROCEED.
+passed in). `stage` is decide()'s step (lifecycle/decision.py) before create_pods: the initializer pod is created
+through render() (the controller creates the job's ConfigMap first: the initializer reads the config); the trainer
+and vLLM pods only on PROCEED.
 
     decide_staging(job, pod, condition, now=…, retries=…) → StagingDecision
         job        the GRPOJob
         pod        the observed initializer pod (PodInfo, role `initializer`, name render.initializer.pod_name) or None
         condition  the job's current `Staged` condition (a dict from status.conditions) or None
-        retries    staging retries so far (the caller keeps the count; it bounds them with runPolicy.backoffLimit)
+        retries    staging retries so far (status.stagingRetries; bounded by runPolicy.backoffLimit)
         progress   the last GRPO_STAGE record of the pod's log (parse_record), for the message while it downloads
 
 Rules:
@@ -16,7 +17,7 @@ Rules:
 - no pod: CREATE it (after the backoff of a retry, measured from the condition's lastTransitionTime).
 - pod Pending/Running: WAIT, with the progress (bytes and files done/total) as the condition's message.
 - pod Succeeded: PROCEED and set `Staged=True` (reason Staged, the summary: what was staged, bytes, seconds).
-- pod Failed, permanent (exit 17 HubAccessDenied, 18 HubNotFound, 10 ConfigError, …): FAIL the job with the pod's
+- pod Failed, permanent (exit 18 HubAccessDenied, 19 HubNotFound, 10 ConfigError, …): FAIL the job with the pod's
   reason and the Hub's message (the termination message). Never an endless Pending.
 - pod Failed, retryable (202 TransientIOError after the pod's own retries, eviction, node lost, a signal): RETRY —
   delete the pod, recreate it after base·2^retries s (capped) — until `retries` reaches runPolicy.backoffLimit, then
@@ -33,10 +34,13 @@ from typing import Any, Optional
 from grpo_trainer import contract
 
 from .. import api
+from ..api.status import Phase
 from ..render import cache as render_cache
 from ..render import initializer as render_initializer
-from .conditions import parse_time
+from .conditions import fmt_time, get_condition, parse_time
+from .draft import Draft, JobEvent
 from .pods import PodInfo, PodPhase, classify
+from .terminal import fail
 
 CONDITION = "Staged"  # status.conditions[].type (True once the cache holds what the job needs)
 REASON_STAGING = "Staging"
@@ -167,3 +171,57 @@ def _create_or_wait(name: str, condition: Optional[dict[str, Any]], *, now: _dt.
     message = f"pod {name} downloads the model and dataset into the cache"
     return StagingDecision(Action.CREATE, REASON_STAGING, message, _condition("False", REASON_STAGING, message),
                            pod=name)
+
+
+# ---------------------------------------------------------------------------------------------- the step
+def stage(draft: Draft) -> bool:
+    """decide()'s step between wait_for_previous_attempt and create_pods: the trainers only once the cache holds what
+    the job needs (Staged=True, kept in the status: a gang restart or a resume never stages again). Settles the pass
+    while the download pod is created, runs, or waits for a retry; fails the job on a permanent download error."""
+    status = draft.status
+    retries = as_retries(status.get("stagingRetries"))
+    condition = get_condition(draft.conditions, CONDITION)
+    pod = draft.pods.initializer
+    # a failed pod already counted (the condition says StagingRetry; a pass that does not see its delete yet) is
+    # decided on the count before it
+    counted = (condition or {}).get("reason") == REASON_RETRY and pod is not None and not pod.deleting
+    d = decide_staging(draft.checked.job, pod, dict(condition) if condition else None, now=draft.now,
+                       retries=retries - 1 if counted and retries > 0 else retries, progress=draft.stage_progress)
+    if d.event is not None:
+        kind = "Normal" if d.action == Action.PROCEED else "Warning"
+        draft.decision.events.append(JobEvent(kind, d.event[0], d.event[1]))
+    if d.action == Action.PROCEED:
+        if d.condition is not None:
+            draft.set(CONDITION, "True", d.condition["reason"], d.condition["message"])
+        return False
+    if d.action == Action.FAIL:
+        draft.set(CONDITION, "False", d.reason, d.message)
+        status["lastFailureReason"] = d.reason
+        return fail(draft, d.reason, d.message)
+    if d.action == Action.RETRY:
+        # counted once per failed pod: a second pass that still sees it (its delete not yet in the watch) finds the
+        # condition already at StagingRetry
+        if not counted:
+            status["stagingRetries"] = retries + 1
+            draft.set(CONDITION, "False", REASON_RETRY, d.message, force_transition=True)
+        status["lastFailureReason"] = d.reason
+        draft.delete([pod] if pod is not None else [])
+    elif d.action == Action.CREATE:
+        draft.decision.create_attempt = draft.pods.attempt
+        draft.decision.create_pods = [d.pod or render_initializer.pod_name(draft.job.name)]
+        if status.get("startTime") is None:  # the download counts towards runPolicy.activeDeadlineSeconds
+            status["startTime"] = fmt_time(draft.now)
+    if d.condition is not None and d.action != Action.RETRY:
+        draft.set(CONDITION, "False", d.condition["reason"], d.condition["message"])
+    status["phase"] = Phase.PENDING
+    status["message"] = d.message or f"waiting for pod {render_initializer.pod_name(draft.job.name)}"
+    if d.requeue_after is not None:
+        draft.decision.requeue(d.requeue_after)
+    return True
+
+
+def as_retries(value: Any) -> int:
+    try:
+        return max(int(value), 0)
+    except (TypeError, ValueError):
+        return 0

@@ -11,6 +11,7 @@ def suspend(draft: Draft) -> bool:
     if not draft.spec.runPolicy.suspend:
         return False
     draft.delete(draft.pods.ours)
+    draft.stop_initializer()
     draft.status["phase"] = Phase.SUSPENDED
     draft.status["message"] = "suspended: pods deleted; unsuspend to resume from the latest checkpoint"
     draft.status["startTime"] = None

@@ -19,6 +19,7 @@ def fail(draft: Draft, reason: str, message: str) -> bool:
     draft.clear(ConditionType.RESTARTING, reason, "the job failed")
     draft.clear(ConditionType.QUEUED, reason, "the job failed")
     draft.delete(active(draft.pods.ours))
+    draft.stop_initializer()
     draft.release_gang()
     ttl = draft.spec.runPolicy.ttlSecondsAfterFinished
     if ttl is not None:
@@ -31,6 +32,7 @@ def keep_terminal(draft: Draft) -> bool:
     if draft.phase not in TERMINAL:
         return False
     draft.delete(active(draft.pods.ours, keep_succeeded=True))
+    draft.stop_initializer()
     if draft.phase == Phase.FAILED:
         draft.release_gang()  # repeated until seen: a lost patch is sent again
     ttl = draft.spec.runPolicy.ttlSecondsAfterFinished

@@ -168,6 +168,19 @@ def test_render_prints_all_objects(tmp_path):
     assert proc.returncode == 1 and "numGenerations" in proc.stderr and proc.stdout == ""
 
 
+def test_render_prints_the_download_pod_of_spec_cache(tmp_path):
+    doc = yaml.safe_load(GOOD)
+    doc["spec"]["cache"] = {"volumeClaimName": "hf-cache"}
+    p = tmp_path / "job.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "render", str(p)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    objs = list(yaml.safe_load_all(proc.stdout))
+    assert [o["kind"] for o in objs] == ["ConfigMap", "Service", "Pod", "Pod", "Pod"]
+    assert objs[2]["metadata"]["labels"]["grpo.dev/role"] == "initializer"
+
+
 @pytest.mark.parametrize("namespace", ["bad ns", "Team", "a" * 64, "-x", "x;id"])
 def test_render_refuses_an_invalid_namespace_flag(tmp_path, namespace):
     p = tmp_path / "job.yaml"

@@ -10,6 +10,7 @@ import pytest
 
 from grpo_operator import api
 from grpo_operator.render import cache, initializer, manifests
+from grpo_operator.render import job as render_job
 from grpo_operator.rules import validation
 from grpo_trainer import contract
 
@@ -70,7 +71,10 @@ def test_initializer_pod():
 @pytest.mark.parametrize("mode", ["none", "server"])
 def test_trainer_and_vllm_pods_read_the_cache_offline(mode):
     res = validated(job_doc(mode=mode))
-    pods = [o for o in manifests.render(res.job, res.topology, "ns", uid="u") if o["kind"] == "Pod"]
+    objs = render_job.render(res.job, res.topology, "ns", uid="u")
+    # render() is the whole truth: the download pod is in it, right after the ConfigMap and the Service
+    assert objs[2] == initializer.render_initializer(res.job, "ns", uid="u")[0]
+    pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["labels"][contract.LABEL_ROLE] != "initializer"]
     assert {p["metadata"]["labels"][contract.LABEL_ROLE] for p in pods} == \
         ({"trainer", "vllm-server"} if mode == "server" else {"trainer"})
     for pod in pods:
@@ -89,7 +93,8 @@ def test_without_subpath_the_claim_root_is_the_cache():
     res = validated(job_doc({"volumeClaimName": "c"}))
     [pod] = initializer.render_initializer(res.job, "ns")
     assert "subPath" not in next(m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "hf-cache")
-    trainer = next(o for o in manifests.render(res.job, res.topology, "ns") if o["kind"] == "Pod")
+    trainer = next(o for o in render_job.render(res.job, res.topology, "ns")
+                   if o["kind"] == "Pod" and o["metadata"]["labels"][contract.LABEL_ROLE] == "trainer")
     mounts = [m for m in trainer["spec"]["containers"][0]["volumeMounts"] if m["name"] == "hf-cache"]
     assert [m.get("subPath") for m in mounts] == [None, "datasets"]
 
@@ -102,7 +107,8 @@ def test_without_cache_nothing_changes():
     env = _env(next(o for o in objs if o["kind"] == "Pod")["spec"]["containers"][0])
     assert env["HF_HOME"]["value"] == "/tmp/hf-home" and not set(cache.OFFLINE_ENV) & set(env)
     # the same job with the cache differs only by the cache's volume, mounts and env
-    cached = manifests.render(with_cache.job, with_cache.topology, "ns", uid="u")
+    cached = render_job.render(with_cache.job, with_cache.topology, "ns", uid="u")
+    assert cached.pop(2)["metadata"]["labels"][contract.LABEL_ROLE] == "initializer"
     stripped = copy.deepcopy(cached)
     for o in stripped:
         if o["kind"] == "Pod":

@@ -1,0 +1,101 @@
+"""spec.cache on the real control plane (kube-apiserver + GC + the real operator process): the download pod first, the
+trainers only after it Succeeded, no second download pod after a gang restart, a permanent Hub error fails the job.
+The test plays the kubelet through pods/status (tests/support/operator.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from grpo_trainer import contract
+from tests.support.cluster.util import wait_until
+from tests.support.jobs import manifest
+from tests.support.operator import get_job, pod_exit, pod_running, pods_of, wait_job
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+DONE = contract.STAGE_PREFIX + json.dumps({"event": "done", "staged": ["model Qwen/Qwen2.5-0.5B-Instruct@main"],
+                                           "cached": [], "bytes": 2_000_000, "seconds": 4.2})
+
+
+def cond(status: dict[str, Any], ctype: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == ctype), {})
+
+
+def cached(name: str) -> dict[str, Any]:
+    m = manifest(name, nodes=2)
+    m["spec"]["cache"] = {"volumeClaimName": "hf-cache"}
+    return m
+
+
+def by_role(k: Any, ns: str, job: str) -> dict[str, list[dict[str, Any]]]:
+    roles: dict[str, list[dict[str, Any]]] = {}
+    for p in pods_of(k, ns, job):
+        if not p["metadata"].get("deletionTimestamp"):
+            roles.setdefault(p["metadata"]["labels"][contract.LABEL_ROLE], []).append(p)
+    return roles
+
+
+def wait_trainers(k: Any, ns: str, job: str, attempt: int) -> list[dict[str, Any]]:
+    def check() -> Any:
+        t = by_role(k, ns, job).get(contract.ROLE_TRAINER, [])
+        ok = len(t) == 2 and all(p["metadata"]["annotations"]["grpo.dev/attempt"] == str(attempt) for p in t)
+        return t if ok else None
+
+    return wait_until(check, 30, 0.2, what=f"2 trainer pods of {job} at attempt {attempt}")
+
+
+def test_download_pod_before_trainers_and_never_again_after_a_gang_restart(operator_process, kubectl,
+                                                                            k8s_namespace) -> None:
+    k, ns = kubectl, k8s_namespace
+    k.apply(cached("stg"), "-n", ns)
+    st = wait_job(k, ns, "stg", lambda s: cond(s, "Staged").get("reason") == "Staging")["status"]
+    assert st["phase"] == "Pending" and cond(st, "Staged")["status"] == "False"
+    assert k.exists("configmap", "stg-config", "-n", ns)  # what the download pod mounts, created first
+    [stage] = wait_until(lambda: by_role(k, ns, "stg").get(contract.ROLE_INITIALIZER), 30, 0.2,
+                         what="the download pod")
+    assert stage["metadata"]["name"] == "stg-stage"
+    pod_running(k, ns, "stg-stage")
+    st = wait_job(k, ns, "stg", lambda s: "downloading" in cond(s, "Staged").get("message", ""))["status"]
+    assert st["phase"] == "Pending" and st["message"] == cond(st, "Staged")["message"]
+    assert "Pending" in k("get", "grpojob", "stg", "-n", ns).stdout  # what `kubectl get grpojobs` shows
+    assert set(by_role(k, ns, "stg")) == {contract.ROLE_INITIALIZER}  # no trainer while it downloads
+
+    pod_exit(k, ns, "stg-stage", 0, message=DONE)
+    trainers = wait_trainers(k, ns, "stg", 0)
+    st = wait_job(k, ns, "stg", lambda s: cond(s, "Staged").get("status") == "True")["status"]
+    assert "2.0 MB in 4.2 s" in cond(st, "Staged")["message"]
+    for p in trainers:
+        pod_running(k, ns, p["metadata"]["name"])
+    wait_job(k, ns, "stg", lambda s: s.get("phase") == "Running")
+
+    # a gang restart: new trainer pods, the same (finished) download pod, no second one
+    pod_exit(k, ns, "stg-node-1", 143)
+    wait_trainers(k, ns, "stg", 1)
+    st = wait_job(k, ns, "stg", lambda s: s.get("restarts") == 1 and s.get("phase") == "Pending")["status"]
+    assert cond(st, "Staged")["status"] == "True"
+    [again] = by_role(k, ns, "stg")[contract.ROLE_INITIALIZER]
+    assert again["metadata"]["uid"] == stage["metadata"]["uid"] and again["status"]["phase"] == "Succeeded"
+
+    def staged_event() -> Any:  # the download's time, posted in the background
+        evs = k.json("get", "events", "-n", ns, "--field-selector", "involvedObject.name=stg")["items"]
+        return [e for e in evs if e["reason"] == "Staged"] or None
+
+    assert "4.2 s" in wait_until(staged_event, 30, 0.5, what="the Staged event")[0]["message"]
+
+
+def test_permanent_hub_error_fails_the_job(operator_process, kubectl, k8s_namespace) -> None:
+    k, ns = kubectl, k8s_namespace
+    k.apply(cached("gated"), "-n", ns)
+    wait_until(lambda: by_role(k, ns, "gated").get(contract.ROLE_INITIALIZER), 30, 0.2, what="the download pod")
+    pod_exit(k, ns, "gated-stage", contract.HUB_DENIED,
+             message="401 Client Error: Access to model Qwen/Qwen2.5-0.5B-Instruct is restricted")
+    st = wait_job(k, ns, "gated", lambda s: s.get("phase") == "Failed")["status"]
+    assert st["lastFailureReason"] == "HubAccessDenied" and cond(st, "Failed")["reason"] == "HubAccessDenied"
+    assert "is restricted" in cond(st, "Failed")["message"]
+    assert cond(st, "Staged")["reason"] == "HubAccessDenied"
+    # no trainer ever; the failed download pod stays for `kubectl logs`
+    assert set(by_role(k, ns, "gated")) == {contract.ROLE_INITIALIZER}
+    assert get_job(k, ns, "gated")["status"]["phase"] == "Failed"

@@ -1,0 +1,162 @@
+"""decide() with spec.cache: the `stage` step (lifecycle/staging.py) wired between wait_for_previous_attempt and
+create_pods. Whole passes: the download pod first, trainers only once Staged=True, never a second download pod."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Optional
+
+import pytest
+
+from grpo_operator import lifecycle as lc
+from grpo_operator.api.status import ConditionType, Phase
+from grpo_operator.lifecycle.staging import CONDITION, REASON_RETRY
+from grpo_operator.render import initializer
+from grpo_trainer import contract
+from tests.support.jobs import job_body, pod_body
+
+T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
+UID = "uid-1"
+POLICY = lc.Policy(backoff_base=10, backoff_cap=300)
+STAGE = initializer.pod_name("job")  # job-stage
+TRAINERS = ["job-node-0", "job-node-1"]
+DONE = contract.STAGE_PREFIX + '{"event": "done", "staged": ["model Qwen/Qwen2.5-0.5B-Instruct@main"], ' \
+    '"cached": [], "bytes": 1000000, "seconds": 3.5}'
+
+
+def body(status: Optional[dict[str, Any]] = None, cache: bool = True, **kw: Any) -> dict[str, Any]:
+    b = job_body("job", uid=UID, status=status, nodes=2, **kw)
+    if cache:
+        b["spec"]["cache"] = {"volumeClaimName": "hf"}
+    return b
+
+
+def stage_pod(phase: str = "Running", exit_code: Optional[int] = None, message: Optional[str] = None,
+              deleting: bool = False, uid: str = UID) -> lc.PodInfo:
+    b = pod_body("job", 0, phase, exit_code=exit_code, deleting=deleting, uid=uid)
+    b["metadata"]["name"] = STAGE
+    b["metadata"]["labels"] = {contract.LABEL_JOB: "job", contract.LABEL_ROLE: contract.ROLE_INITIALIZER}
+    del b["metadata"]["annotations"][contract.ANNOTATION_ATTEMPT]  # one per job, not per attempt
+    if message:
+        b["status"].setdefault("containerStatuses", [{"name": "stage", "state": {"terminated": {"exitCode": 0}}}])
+        b["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message
+    return lc.summarize_pod(b)
+
+
+def trainer(rank: int, phase: str = "Running", **kw: Any) -> lc.PodInfo:
+    return lc.summarize_pod(pod_body("job", rank, phase, **kw))
+
+
+def decide(b: dict[str, Any], pods: list[lc.PodInfo], now: dt.datetime = T0,
+           progress: Optional[dict[str, Any]] = None) -> lc.Decision:
+    view = lc.JobView.from_body(b)
+    view.stage_progress = progress
+    return lc.decide(view, pods, now, POLICY)
+
+
+def staged_cond(dec: lc.Decision) -> dict[str, Any]:
+    return next(c for c in dec.status["conditions"] if c["type"] == CONDITION)  # type: ignore[index]
+
+
+def after(dec: lc.Decision) -> dict[str, Any]:
+    """The status a next pass reads."""
+    return dict(dec.status or {})
+
+
+def test_without_cache_nothing_changes() -> None:
+    dec = decide(body(cache=False), [])
+    assert dec.create_pods == TRAINERS and not any(c["type"] == CONDITION for c in dec.status["conditions"])
+
+
+def test_local_paths_need_no_download_pod() -> None:
+    b = body()
+    b["spec"]["model"], b["spec"]["dataset"]["name"] = "/models/m", "/data/train.jsonl"
+    assert decide(b, []).create_pods == TRAINERS
+
+
+def test_download_pod_first_then_wait_with_progress() -> None:
+    dec = decide(body(), [])
+    assert dec.create_pods == [STAGE] and dec.create_attempt == 0
+    st = after(dec)
+    assert st["phase"] == Phase.PENDING and st["startTime"]
+    assert staged_cond(dec)["status"] == "False" and staged_cond(dec)["reason"] == "Staging"
+    # while it runs: Pending, the progress as the condition's and the job's message, no trainer
+    progress = {"event": "progress", "item": "model Qwen/Qwen2.5-0.5B-Instruct@main", "bytes": 1_500_000_000,
+                "totalBytes": 3_000_000_000, "files": 2, "totalFiles": 5}
+    dec = decide(body(st), [stage_pod("Running")], T0 + dt.timedelta(seconds=5), progress)
+    assert dec.create_pods == [] and dec.requeue_after is not None
+    msg = "downloading model Qwen/Qwen2.5-0.5B-Instruct@main: 1.5 GB / 3.0 GB, 2/5 files"
+    assert dec.status["phase"] == Phase.PENDING and dec.status["message"] == msg and staged_cond(dec)["message"] == msg
+
+
+def test_succeeded_download_creates_the_trainers_and_stays_staged_across_restarts() -> None:
+    st = after(decide(body(), []))
+    dec = decide(body(st), [stage_pod("Succeeded", exit_code=0, message=DONE)])
+    assert dec.create_pods == TRAINERS and staged_cond(dec)["status"] == "True"
+    assert "1.0 MB in 3.5 s" in staged_cond(dec)["message"]
+    assert any(e.reason == "Staged" and "3.5 s" in e.message for e in dec.events)
+    st = after(dec)
+    # the trainers run; one fails (retryable): a gang restart. The download pod is not a trainer: not counted,
+    # not deleted, and (once gone) never created again
+    pods = [stage_pod("Succeeded", exit_code=0), trainer(0), trainer(1)]
+    st = after(decide(body(st), pods))
+    assert st["phase"] == Phase.RUNNING
+    dec = decide(body(st), [stage_pod("Succeeded", exit_code=0), trainer(0), trainer(1, "Failed", exit_code=143)])
+    assert sorted(dec.delete_pods) == TRAINERS and STAGE not in dec.delete_pods
+    st = after(dec)
+    dec = decide(body(st), [], T0 + dt.timedelta(seconds=60))  # the download pod garbage-collected meanwhile
+    assert dec.create_pods == TRAINERS and dec.create_attempt == 1
+
+
+def test_suspend_stops_a_running_download_and_resume_starts_it_again() -> None:
+    st = after(decide(body(), []))
+    dec = decide(body(st, suspend=True), [stage_pod("Running")])
+    assert dec.delete_pods == [STAGE] and dec.status["phase"] == Phase.SUSPENDED
+    st = after(dec)
+    dec = decide(body(st), [stage_pod("Running", deleting=True)])  # resumed; the old download pod still goes
+    assert dec.create_pods == [] and dec.status["phase"] == Phase.PENDING
+    assert decide(body(after(dec)), []).create_pods == [STAGE]
+
+
+@pytest.mark.parametrize("code, reason", [(contract.HUB_DENIED, "HubAccessDenied"),
+                                          (contract.HUB_NOT_FOUND, "HubNotFound")])
+def test_permanent_download_error_fails_the_job_and_keeps_the_pod_for_its_log(code: int, reason: str) -> None:
+    st = after(decide(body(), []))
+    dec = decide(body(st), [stage_pod("Failed", exit_code=code, message="401 Client Error: gated repo")])
+    st = dec.status
+    assert st["phase"] == Phase.FAILED and st["lastFailureReason"] == reason and dec.create_pods == []
+    failed = next(c for c in st["conditions"] if c["type"] == ConditionType.FAILED)
+    assert failed["reason"] == reason and "gated repo" in failed["message"]
+    assert staged_cond(dec)["reason"] == reason and STAGE not in dec.delete_pods
+    # terminal: still no trainer, the failed download pod stays (kubectl logs)
+    dec = decide(body(after(dec)), [stage_pod("Failed", exit_code=code)])
+    assert dec.create_pods == [] and dec.delete_pods == []
+
+
+def test_retryable_download_error_retries_once_per_failed_pod_with_backoff_then_gives_up() -> None:
+    st = after(decide(body(backoff_limit=1), []))
+    failed = stage_pod("Failed", exit_code=contract.TRANSIENT_IO)
+    dec = decide(body(st, backoff_limit=1), [failed])
+    assert dec.delete_pods == [STAGE] and dec.status["stagingRetries"] == 1
+    assert staged_cond(dec)["reason"] == REASON_RETRY and dec.status["phase"] == Phase.PENDING
+    # a second pass before the watch shows the delete: the same failure is not counted twice
+    dec = decide(body(after(dec), backoff_limit=1), [failed], T0 + dt.timedelta(seconds=1))
+    assert dec.status["stagingRetries"] == 1 and dec.delete_pods == [STAGE]
+    st = after(dec)
+    # gone: the backoff (10 s) runs, then a new download pod
+    dec = decide(body(st, backoff_limit=1), [], T0 + dt.timedelta(seconds=3))
+    assert dec.create_pods == [] and dec.requeue_after is not None and 6 < dec.requeue_after <= 7
+    dec = decide(body(st, backoff_limit=1), [], T0 + dt.timedelta(seconds=11))
+    assert dec.create_pods == [STAGE]
+    # the retry fails too: backoffLimit=1 is spent → Failed
+    dec = decide(body(after(dec), backoff_limit=1), [failed], T0 + dt.timedelta(seconds=20))
+    assert dec.status["phase"] == Phase.FAILED and "gave up after 1 retries" in dec.status["message"]
+
+
+def test_a_pod_sorted_as_initializer_is_never_a_trainer() -> None:
+    sets = lc.PodSets.sort(UID, [stage_pod("Failed", exit_code=1), trainer(0)], 0)
+    assert sets.initializer is not None and sets.initializer.name == STAGE
+    assert [p.name for p in sets.current] == ["job-node-0"] and STAGE not in {p.name for p in sets.ours}
+    # a download pod of an older job of the same name is stale, deleted like its trainers
+    old = lc.PodSets.sort(UID, [stage_pod("Running", uid="older")], 0)
+    assert old.initializer is None and [p.name for p in old.stale] == [STAGE]
