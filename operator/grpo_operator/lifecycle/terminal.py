@@ -33,7 +33,7 @@ def keep_terminal(draft: Draft) -> bool:
     draft.delete(active(draft.pods.ours, keep_succeeded=True))
     if draft.phase == Phase.FAILED:
         draft.release_gang()  # repeated until seen: a lost patch is sent again
-    ttl = draft.spec.runPolicy.ttlSecondsAfterFinished
+    ttl = draft.ttl_after_finished
     if ttl is not None:
         status, now = draft.status, draft.now
         done = parse_time(status.get("completionTime")) or now
