@@ -1,7 +1,8 @@
 -- Argo CD health check for grpo.dev/GRPOJob, driven by the operator's status.conditions (and phase as fallback).
 -- Healthy: training finished (Succeeded). Progressing: waiting, running, restarting after a failure, or waiting
 -- for nodes. Degraded: Failed, or Rejected (the spec is invalid; the message says how to fix it).
--- Suspended: spec.runPolicy.suspend is true.
+-- Suspended: spec.runPolicy.suspend is true. A started job that today's rules refuse (SpecInvalid, after an operator
+-- upgrade) keeps its health: running, the warning is added to the message.
 local hs = {}
 local st = obj.status
 if st == nil or (st.phase == nil and st.conditions == nil) then
@@ -62,6 +63,9 @@ elseif is_true("Queued") then
 elseif is_true("Running") or st.phase == "Running" then
   hs.status = "Progressing"
   hs.message = msg("Running", "Training") .. progress
+  if is_true("SpecInvalid") then
+    hs.message = hs.message .. "; " .. msg("SpecInvalid", "today's rules refuse the spec")
+  end
 else
   hs.status = "Progressing"
   hs.message = msg("Created", "Pending")

@@ -90,6 +90,12 @@ def test_argocd_health_check(status: dict[str, Any] | None, expected: str) -> No
     assert message
 
 
+def test_argocd_health_shows_the_spec_invalid_warning_of_a_running_job() -> None:
+    got, message = _health(_job({"phase": "Running", "conditions": [
+        _cond("Running", msg="2 node(s) running"), _cond("SpecInvalid", msg="today's rules refuse the spec: x")]}))
+    assert got == "Progressing" and message == "2 node(s) running; today's rules refuse the spec: x"
+
+
 def test_argocd_health_waits_for_the_current_generation() -> None:
     got, message = _health(_job({"phase": "Succeeded", "observedGeneration": 1, "conditions": [_cond("Succeeded")]},
                                 generation=2))

@@ -47,6 +47,9 @@ class ConditionType(_Str):
     REJECTED = "Rejected"
     UNSCHEDULABLE = "Unschedulable"
     QUEUED = "Queued"
+    # a job that started under earlier rules and that today's rules refuse (an upgrade tightened one): it keeps
+    # running, this condition names the rule (lifecycle/validity.py)
+    SPEC_INVALID = "SpecInvalid"
 
 
 class Reason(_Str):

@@ -10,6 +10,7 @@ from enum import Enum
 from typing import Any, Optional
 
 from .. import api
+from ..api.status import ConditionType, Phase
 from ..render import manifests
 from ..rules import topology, validation
 from . import gang_policy
@@ -81,6 +82,7 @@ class JobView:
     result: validation.ValidationResult  # validation.validate(body)
     # spec.cache: the download pod's last GRPO_STAGE progress record, read by the controller (None: not read)
     stage_progress: Optional[dict[str, Any]] = None
+    spec_doc: Any = None  # the stored spec as sent: read where today's models cannot parse it (the TTL)
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], result: Optional[validation.ValidationResult] = None) -> JobView:
@@ -94,6 +96,7 @@ class JobView:
             deleting=bool(meta.get("deletionTimestamp")),
             status=dict(body.get("status") or {}),
             result=result if result is not None else validation.validate(doc),
+            spec_doc=body.get("spec"),
         )
 
 
@@ -110,6 +113,34 @@ class ValidJob:
         if not result.valid or result.job is None or result.topology is None:
             return None
         return cls(result.job, result.topology, dict(result.batch or {}))
+
+    @classmethod
+    def kept(cls, result: validation.ValidationResult) -> Optional[ValidJob]:
+        """A started job that today's rules refuse: what it needs to go on (its pods rendered as today's models parse
+        it), when today's models parse it and compute its topology; None otherwise."""
+        if result.not_a_grpojob or result.job is None or result.topology is None:
+            return None
+        return cls(result.job, result.topology, dict(result.batch or {}))
+
+
+# Phases only a job whose pods were created reaches (Suspended is not one: a job may be created suspended)
+STARTED_PHASES = (Phase.RUNNING, Phase.RESTARTING, Phase.SUCCEEDED, Phase.FAILED)
+
+
+def has_started(job: JobView, ours: Iterable[PodInfo]) -> bool:
+    """Started: the operator created pods for the job at least once (status.startTime, the Created condition, a phase
+    only pods reach, or a pod of its own). From then on it was admitted by the rules of its day, and a later release's
+    stricter rule never deletes its work (a rule only refuses a job that has not started). Not started: a Rejected
+    job (its rejection deleted its pods), and a spec edited since the operator last saw it (metadata.generation past
+    status.observedGeneration): an edit today's rules refuse is refused as before, whatever ran."""
+    status = job.status
+    seen = status.get("observedGeneration")
+    if status.get("phase") == Phase.REJECTED or (isinstance(seen, int) and isinstance(job.generation, int)
+                                                 and job.generation > seen):
+        return False
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+    return bool(status.get("startTime") or status.get("phase") in STARTED_PHASES
+                or is_true(conditions, ConditionType.CREATED) or any(True for _ in ours))
 
 
 def clean_status(status: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +170,7 @@ class Draft:
     phase: Optional[str]  # the phase found (None after a cleared Rejected, Pending after a resume)
     valid: Optional[ValidJob]  # None: an invalid spec (reject_invalid settles the pass)
     gang: gang_policy.GangPolicy  # chosen once per pass (lifecycle/gang_policy.py)
+    refused: Optional[str] = None  # a started job that today's rules refuse: the errors (lifecycle/validity.py)
 
     @classmethod
     def begin(cls, job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy) -> Draft:
@@ -151,9 +183,11 @@ class Draft:
         # an older GRPOJob of the same name (its GC pending) → delete; anything else is a conflict, never touched
         decision = Decision(status=status, delete_pods=[p.name for p in sets.stale if not p.deleting],
                             conflicts=[p.name for p in sets.foreign])
-        valid = ValidJob.of(job.result)
+        valid, refused = ValidJob.of(job.result), None
+        if valid is None and has_started(job, sets.ours):
+            valid, refused = ValidJob.kept(job.result), job.result.summary() or "invalid GRPOJob"
         return cls(job, now, policy, status, conditions, decision, sets, list(sets.current), status.get("phase"),
-                   valid, gang_policy.for_job(valid.job if valid else None))
+                   valid, gang_policy.for_job(valid.job if valid else None), refused)
 
     # -- the valid spec (every step after reject_invalid)
     @property
@@ -165,6 +199,17 @@ class Draft:
     @property
     def spec(self) -> api.GRPOJobSpec:
         return self.checked.job.spec
+
+    @property
+    def ttl_after_finished(self) -> Optional[int]:
+        """runPolicy.ttlSecondsAfterFinished, read from the stored spec when today's models cannot parse it: a
+        finished job's TTL fires whatever a later release thinks of its spec."""
+        if self.valid is not None:
+            return self.spec.runPolicy.ttlSecondsAfterFinished
+        doc = self.job.spec_doc if isinstance(self.job.spec_doc, dict) else {}
+        run = doc.get("runPolicy")
+        ttl = run.get("ttlSecondsAfterFinished") if isinstance(run, dict) else None
+        return ttl if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl >= 0 else None
 
     @property
     def nodes(self) -> int:

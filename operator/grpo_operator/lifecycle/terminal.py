@@ -35,7 +35,7 @@ def keep_terminal(draft: Draft) -> bool:
     draft.stop_initializer()
     if draft.phase == Phase.FAILED:
         draft.release_gang()  # repeated until seen: a lost patch is sent again
-    ttl = draft.spec.runPolicy.ttlSecondsAfterFinished
+    ttl = draft.ttl_after_finished
     if ttl is not None:
         status, now = draft.status, draft.now
         done = parse_time(status.get("completionTime")) or now

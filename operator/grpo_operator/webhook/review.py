@@ -81,11 +81,17 @@ def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mappi
     """Admit or deny a GRPOJob CREATE/UPDATE (dicts as in the AdmissionReview)."""
     if operation not in ("CREATE", "UPDATE") or new is None:
         return Review(True)
+    if operation == "UPDATE" and (new.get("metadata") or {}).get("deletionTimestamp"):
+        return Review(True)  # on its way out: finalizers and labels go as their owners need; nothing to validate
     doc: dict[str, Any] = {k: new.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in new}
     name = (new.get("metadata") or {}).get("name") or (new.get("metadata") or {}).get("generateName") or "?"
     if isinstance(doc.get("metadata"), dict) and not doc["metadata"].get("name") and doc["metadata"].get("generateName"):
         doc["metadata"] = {**doc["metadata"], "name": doc["metadata"]["generateName"].rstrip("-.") or "job"}
     res = validation.validate(doc)
+    if not res.valid and operation == "UPDATE" and old is not None and _adds_no_error(new, old, res):
+        first = res.errors[0].field if res.errors else "spec"
+        return Review(True, "", [f"today's rules refuse this job's stored spec ({len(res.errors)} error(s), first: "
+                                 f"{first}); admitted: this update adds no error"])
     if not res.valid:
         return Review(False, _format_errors(str(name), res), list(res.warnings),
                       reason=reason_label(res.errors[0].field if res.errors else ""))
@@ -111,3 +117,17 @@ def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mappi
                               f"To change the others, delete the job and create a new one (it resumes from the "
                               f"checkpoints in spec.output).", warnings, reason=f"spec.{changed[0]}")
     return Review(True, "", warnings)
+
+
+def _adds_no_error(new: Mapping[str, Any], old: Mapping[str, Any], res: validation.ValidationResult) -> bool:
+    """An UPDATE of a job whose stored spec today's rules refuse (an operator upgrade tightened a rule): admitted when
+    it changes only metadata and the mutable spec fields, and every error it has the stored object had already. A
+    label, another controller's finalizer, suspending the job: never blocked by a rule the job predates."""
+    old_spec, new_spec = old.get("spec"), new.get("spec")
+    if not isinstance(old_spec, dict) or not isinstance(new_spec, dict):
+        return old_spec == new_spec
+    if any(old_spec.get(k) != new_spec.get(k) for k in set(old_spec) | set(new_spec) if k not in MUTABLE_FIELDS):
+        return False
+    old_doc = {k: old.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in old}
+    before = {(e.field, e.message) for e in validation.validate(old_doc).errors}
+    return all((e.field, e.message) in before for e in res.errors)

@@ -149,3 +149,47 @@ def test_restart_with_running_jobs_in_two_namespaces_acts_only_on_real_failures(
     finally:
         op.stop()
         k("delete", "namespace", ns2, "--wait=false", "--ignore-not-found", check=False)
+
+
+def test_a_started_job_that_todays_rules_refuse_keeps_its_pods(crd, kubectl, k8s_namespace, tmp_path) -> None:
+    """An upgrade that tightened a rule: a job an earlier release admitted and started, stored as that release left it
+    (its pods rendered from the stored spec and running, status Running), and a spec that today's validator refuses
+    (a batch rule: the CRD's schema accepts it). The operator keeps the pods, says SpecInvalid, and the job still
+    ends Succeeded."""
+    from grpo_operator.render import manifests
+    from grpo_operator.rules import validation
+
+    k, ns = kubectl, k8s_namespace
+    k.apply(manifest("old", gpus=3, per_device=1, num_generations=8), "-n", ns)
+    job = get_job(k, ns, "old")
+    res = validation.validate({key: job[key] for key in ("apiVersion", "kind", "metadata", "spec")})
+    assert not res.valid and res.job is not None and res.topology is not None
+    pods = [o for o in manifests.render(res.job, res.topology, ns, uid=job["metadata"]["uid"]) if o["kind"] == "Pod"]
+    k.apply(pods, "-n", ns)
+    for p in pods:
+        pod_running(k, ns, p["metadata"]["name"])
+    k.patch_status("grpojob", "old", {"phase": "Running", "startTime": "2030-01-01T00:00:00Z", "observedGeneration": 1,
+                                      "restarts": 0, "conditions": [
+                                          {"type": "Created", "status": "True", "reason": "PodsCreated", "message": "x",
+                                           "lastTransitionTime": "2030-01-01T00:00:00Z"}]}, "-n", ns)
+    op = OperatorProcess(crd.kubeconfig, tmp_path, "--namespace", ns).start(wait=False)
+    try:
+        st = wait_job(k, ns, "old", lambda s: (cond(s, "SpecInvalid") or {}).get("status") == "True",
+                      what="condition SpecInvalid")["status"]
+        assert st["phase"] == "Running" and "numGenerations" in cond(st, "SpecInvalid")["message"]
+        assert cond(st, "Rejected") is None
+
+        def warned() -> bool:  # Events are posted in the background, after the status
+            events = k.json("get", "events", "-n", ns, "--field-selector", "involvedObject.name=old")["items"]
+            return any(e["type"] == "Warning" and e["reason"] == "SpecInvalid" for e in events)
+
+        wait_until(warned, 30, 0.3, what="a Warning event SpecInvalid")
+        alive = pods_of(k, ns, "old")
+        assert [p["metadata"]["uid"] for p in alive] and not any(p["metadata"].get("deletionTimestamp") for p in alive)
+        assert len(alive) == len(pods)
+        for p in alive:
+            pod_exit(k, ns, p["metadata"]["name"], 0)
+        wait_job(k, ns, "old", lambda s: s.get("phase") == "Succeeded", what="Succeeded")
+        assert len(pods_of(k, ns, "old")) == len(pods)
+    finally:
+        op.stop()

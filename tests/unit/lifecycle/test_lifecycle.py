@@ -377,9 +377,13 @@ def test_invalid_spec_is_rejected_with_no_pods() -> None:
     c = cond(st, "Rejected")
     assert c["status"] == "True" and "numGenerations" in c["message"]
     assert any(e.type == "Warning" and e.reason == "Rejected" for e in dec.events)
-    # running pods of a job that became invalid (webhook off) are removed
-    dec = decide(body, [pod(0, "Running")])
-    assert dec.delete_pods == ["job-node-0"]
+    # running pods of a job whose spec was edited to an invalid one (webhook off) are removed: the operator never
+    # saw that spec (generation 2 past observedGeneration 1); today's rules refusing the spec it started with keep
+    # them (tests/unit/lifecycle/test_upgrade.py)
+    edited = job_body("job", nodes=1, uid=UID, num_generations=7, generation=2,
+                      status={"phase": "Running", "observedGeneration": 1, "startTime": "2030-01-01T11:00:00Z"})
+    dec = decide(edited, [pod(0, "Running")])
+    assert dec.delete_pods == ["job-node-0"] and dec.status["phase"] == "Rejected"
 
 
 def test_fixed_spec_leaves_rejected() -> None:
