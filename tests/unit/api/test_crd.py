@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from grpo_operator.api import crd
+from tests.support.schema import walk as _walk
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -22,15 +23,6 @@ def test_checked_in_crd_matches_generator():
 def test_crd_is_a_valid_object(version):
     kubernetes_validate.validate(crd.crd(), version, strict=True)
 
-
-def _walk(node, path="$"):
-    yield path, node
-    for key, sub in (node.get("properties") or {}).items():
-        yield from _walk(sub, f"{path}.{key}")
-    if isinstance(node.get("items"), dict):
-        yield from _walk(node["items"], f"{path}[]")
-    if isinstance(node.get("additionalProperties"), dict):
-        yield from _walk(node["additionalProperties"], f"{path}{{}}")
 
 
 def test_schema_is_structural():

@@ -10,26 +10,16 @@ import yaml
 from grpo_operator.api import crd
 from grpo_operator.rules import validation
 from tests.support.jobs import manifest
-
-
-def _walk(node: Any, path: str = "spec") -> Any:
-    if isinstance(node, dict):
-        yield path, node
-        for k, v in (node.get("properties") or {}).items():
-            yield from _walk(v, f"{path}.{k}")
-        if isinstance(node.get("items"), dict):
-            yield from _walk(node["items"], f"{path}[]")
-        if isinstance(node.get("additionalProperties"), dict):
-            yield from _walk(node["additionalProperties"], f"{path}{{}}")
+from tests.support.schema import walk as _walk
 
 
 def test_every_list_and_map_of_the_spec_is_bounded_in_the_crd() -> None:
     doc = yaml.safe_load(crd.crd_yaml())
     spec = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    unbounded = [p for p, n in _walk(spec) if n.get("type") == "array" and "maxItems" not in n]
-    unbounded += [p for p, n in _walk(spec) if n.get("type") == "object" and "additionalProperties" in n
+    unbounded = [p for p, n in _walk(spec, "spec") if n.get("type") == "array" and "maxItems" not in n]
+    unbounded += [p for p, n in _walk(spec, "spec") if n.get("type") == "object" and "additionalProperties" in n
                   and "maxProperties" not in n]
-    unbounded += [p for p, n in _walk(spec) if n.get("type") == "string" and "enum" not in n and "maxLength" not in n]
+    unbounded += [p for p, n in _walk(spec, "spec") if n.get("type") == "string" and "enum" not in n and "maxLength" not in n]
     assert not unbounded, unbounded
     template = spec["properties"]["template"]["properties"]
     assert template["env"]["maxItems"] == 256 and template["volumes"]["maxItems"] == 64
