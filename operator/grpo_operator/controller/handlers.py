@@ -138,6 +138,7 @@ class Controller:
         self.force_deletes = RateLimiter(FORCE_DELETE_RESEND_SECONDS)
         self.group_ends = RateLimiter(END_KUEUE_GROUP_RESEND_SECONDS)
         self.pod_group_events = RateLimiter(POD_GROUP_EVENT_SECONDS)
+        self.failed_create_events = RateLimiter(refused.EVENT_WINDOW)
         self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0}
         self.gate = ha.Gate(config.leader_elect)  # --leader-elect: a standby acts on nothing (ha.py)
 

@@ -9,6 +9,7 @@ from typing import Any, Optional, Protocol
 
 from .. import lifecycle
 from . import kube
+from .ratelimit import RateLimiter
 
 log = logging.getLogger("grpo_operator")
 
@@ -16,7 +17,7 @@ EVENT_WINDOW = 60.0  # seconds between two FailedCreate events of one object
 
 
 class _Controller(Protocol):
-    expectations: Any
+    failed_create_events: RateLimiter  # one FailedCreate Event per object per EVENT_WINDOW
     events: Any
 
 
@@ -32,5 +33,5 @@ def report(controller: _Controller, key: tuple[str, str], obj: dict[str, Any], e
     kind, name = obj["kind"], obj["metadata"]["name"]
     message = f"Error creating {kind} {name}: {exc.status} {exc.reason}: {exc.message}"
     log.warning("%s/%s: %s", key[0], key[1], message)
-    if controller.expectations.delete_due((key[0], name, "failed-create"), EVENT_WINDOW):
+    if controller.failed_create_events.allow((key[0], name)):
         controller.events.record(job, lifecycle.JobEvent("Warning", "FailedCreate", message[:1024]))
