@@ -129,9 +129,10 @@ def _schema_of(model: Any) -> dict[str, Any]:
 def openapi_schema() -> dict[str, Any]:
     spec = _schema_of(api.GRPOJobSpec)
     status = _schema_of(GRPOJobStatus)
-    # Extra keys forbidden in the spec: the API server prunes unknown fields instead of failing, so the strict
-    # check is the webhook's; the schema must not preserve them silently either.
-    _drop_preserve_where_typed(spec)
+    # Unknown spec keys are kept by the API server so that they reach the webhook (and the operator's own check),
+    # which refuses them with "did you mean": pruned, a typo sent with --validate=false, by a client library or by
+    # another controller would vanish and the job would run silently with TRL's default.
+    _preserve_unknown_where_typed(spec)
     status.setdefault("x-kubernetes-preserve-unknown-fields", True)
     return cel.apply({  # CEL rules and the bounds their cost needs: cel.py
         "type": "object",
@@ -147,16 +148,16 @@ def openapi_schema() -> dict[str, Any]:
     })
 
 
-def _drop_preserve_where_typed(schema: dict[str, Any]) -> None:
-    """Objects with declared properties keep exactly those (pydantic forbids extras there too)."""
+def _preserve_unknown_where_typed(schema: dict[str, Any]) -> None:
+    """Every object with declared properties also keeps unknown keys for the validator to refuse by name."""
     if schema.get("type") == "object" and "properties" in schema:
-        schema.pop("x-kubernetes-preserve-unknown-fields", None)
+        schema["x-kubernetes-preserve-unknown-fields"] = True
         for sub in schema["properties"].values():
-            _drop_preserve_where_typed(sub)
+            _preserve_unknown_where_typed(sub)
     elif schema.get("type") == "array":
-        _drop_preserve_where_typed(schema["items"])
+        _preserve_unknown_where_typed(schema["items"])
     elif isinstance(schema.get("additionalProperties"), dict):
-        _drop_preserve_where_typed(schema["additionalProperties"])
+        _preserve_unknown_where_typed(schema["additionalProperties"])
 
 
 def crd() -> dict[str, Any]:

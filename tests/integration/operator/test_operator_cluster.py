@@ -49,6 +49,33 @@ def test_invalid_job_is_refused_by_the_webhook(operator_process, kubectl, k8s_na
     assert not kubectl.exists("grpojob", "wrong-batch", "-n", k8s_namespace)
 
 
+@pytest.mark.parametrize("where, typo, hint", [
+    ("training", "numGeneration", "numGenerations"),   # a misspelt TRL argument
+    ("spec", "node", "nodes"),                          # a misspelt top-level field
+    ("runPolicy", "backofLimit", "backoffLimit"),       # a misspelt nested field
+])
+def test_a_typo_is_refused_by_name_on_every_path(operator_process, kubectl, kubeconfig, k8s_namespace,
+                                                  where, typo, hint) -> None:
+    """The API server keeps unknown spec fields (preserve-unknown-fields) so the webhook refuses them with "did you
+    mean": sent without kubectl's client-side check, by the official Python client, the typo would otherwise be pruned
+    and the job would run silently with TRL's default."""
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+
+    body = manifest(f"typo-{typo.lower()}")
+    target = body["spec"] if where == "spec" else body["spec"][where]
+    target[typo] = 4
+    r = kubectl.create(body, "-n", k8s_namespace, validate=False, check=False)
+    assert r.returncode != 0 and "denied the request" in r.stderr, r.stderr
+    assert f"'{typo}'" in r.stderr and f"did you mean '{hint}'" in r.stderr, r.stderr
+
+    api = k8s_client.CustomObjectsApi(k8s_config.new_client_from_config(config_file=str(kubeconfig)))
+    with pytest.raises(k8s_client.ApiException) as denied:
+        api.create_namespaced_custom_object("grpo.dev", "v1alpha1", k8s_namespace, "grpojobs", body)
+    assert denied.value.status in (400, 403, 422) and f"did you mean '{hint}'" in str(denied.value.body)
+    assert not kubectl.exists("grpojob", body["metadata"]["name"], "-n", k8s_namespace)
+
+
 def test_warnings_and_update_rules(operator_process, kubectl, k8s_namespace) -> None:
     m = manifest("upd", nodes=1)
     del m["spec"]["output"]["volumeClaimName"]
