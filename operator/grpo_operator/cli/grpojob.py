@@ -13,7 +13,7 @@ import yaml
 from ..api import crd
 from ..render import job as render_job
 from ..render import manifests, vllm_server
-from ..rules import validation
+from ..rules import memory, validation
 from . import documents
 
 EXIT_OK, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
@@ -68,13 +68,17 @@ def _text(entry: dict[str, Any], warnings: Sequence[str] = (), notes: Sequence[s
 
 
 def _notes(res: validation.ValidationResult) -> list[str]:
-    """What the text output explains beyond the batch: in server mode, the server's GPUs next to the trainers'."""
-    if not res.valid or res.job is None or res.topology is None or res.job.spec.vllm.mode != "server":
+    """What the text output explains beyond the batch: each GPU's memory (rules/memory.py) and, in server mode, the
+    server's GPUs next to the trainers'."""
+    if not res.valid or res.job is None or res.topology is None:
         return []
     topo = res.topology
-    trainers = (f"trainers: {topo.nodes} pod(s) × {topo.gpus_per_node} {topo.gpu_resource}" if topo.gpu_resource
-                else f"trainers: {topo.nodes} pod(s) on CPU")
-    return [f"{trainers} (the world size); {vllm_server.gpu_summary(res.job, topo.gpu_resource)}"]
+    notes = memory.explain(res.job, topo.world_size)
+    if res.job.spec.vllm.mode == "server":
+        trainers = (f"trainers: {topo.nodes} pod(s) × {topo.gpus_per_node} {topo.gpu_resource}" if topo.gpu_resource
+                    else f"trainers: {topo.nodes} pod(s) on CPU")
+        notes.append(f"{trainers} (the world size); {vllm_server.gpu_summary(res.job, topo.gpu_resource)}")
+    return notes
 
 
 def check_files(paths: Sequence[str], notes: Optional[list[list[str]]] = None,

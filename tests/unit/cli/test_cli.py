@@ -207,6 +207,17 @@ def test_server_mode_example_is_complete_and_check_explains_the_servers_gpus():
     notes: list = []
     code, entries, _ = cli.check_files([path], notes)
     assert code == 0 and set(entries[0]) == {"file", "name", "valid", "errors", "batch"}
-    [[line]] = notes
+    [lines] = notes
+    assert lines[0].startswith("memory per GPU (3B parameters")  # rules/memory.py, then the server's GPUs
+    line = lines[-1]
     assert "trainers: 1 pod(s) × 4 nvidia.com/gpu" in line
     assert "vLLM server: 1 pod × 2 nvidia.com/gpu (not in the world size) = tensor parallel 2 × data parallel 1" in line
+
+
+def test_check_explains_memory_for_lora_and_full_fine_tuning(capsys):
+    """`grpojob check` explains each GPU's memory (rules/memory.py), for LoRA with the full fine-tuning figure."""
+    assert cli.main(["check", str(ROOT / "examples" / "lora-7b.yaml"), str(ROOT / "examples" / "multi-node.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "memory per GPU (7B parameters from the model id; weights in float32" in out
+    assert "LoRA: gradients and AdamW states for the adapter only, no reference copy" in out
+    assert "full fine-tuning would need ≈ 104.3 GiB" in out and "with LoRA (spec.peft) ≈ 26.1 GiB" in out
