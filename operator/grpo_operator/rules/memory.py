@@ -117,8 +117,8 @@ def _count(n: Optional[float]) -> str:
 
 def estimate(job: api.GRPOJob, world_size: int) -> MemoryEstimate:
     spec = job.spec
-    training = spec.training.model_dump(by_alias=True, exclude_none=True) if spec.training else {}
-    nbytes, dtype = load_dtype(training.get("modelInitKwargs"))
+    training = api.training_kwargs(spec.training)  # TRL's snake_case names, as set
+    nbytes, dtype = load_dtype(training.get("model_init_kwargs"))
     lora = spec.peft is not None
     sharded = bool(training.get("deepspeed") or training.get("fsdp"))
     return MemoryEstimate(parameters=parameters_from_id(spec.model), bytes_per_weight=nbytes, dtype=dtype, lora=lora,
