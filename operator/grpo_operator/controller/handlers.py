@@ -326,14 +326,19 @@ class Controller:
         except kube.Conflict:  # uid precondition failed: a newer pod of that name; leave it
             pass
 
-    async def end_kueue_groups_of_deleted_job(self, key: Key, body: dict[str, Any]) -> None:
-        """A job deleted at once (no finalizer of ours to wait on): its pods are still listed; end their Kueue
-        groups so that Kueue releases the quota instead of waiting for replacement pods (best effort)."""
+    async def release_deleted_job(self, key: Key, body: dict[str, Any]) -> None:
+        """A job deleted at once (no finalizer of ours to wait on): its pods are still listed. End their Kueue groups
+        (so that Kueue releases the quota instead of waiting for replacement pods), then delete them ourselves rather
+        than wait for the garbage collector (best effort: the collector remains the backstop)."""
         if self.pods is None or self.kube is None:
             return
         view = lifecycle.JobView.from_body(body)
-        for pod in lifecycle.decision.deleted_job_groups(view, [info for info, _ in self.pods.of(key)]):
+        pods = [info for info, _ in self.pods.of(key)]
+        for pod in lifecycle.decision.deleted_job_groups(view, pods):
             await self._end_kueue_group(key[0], pod)
+        uids = {p.name: p.uid for p in pods}
+        names = [n for n in lifecycle.decision.deleted_job_pods(view, pods) if self.deletes.allow((key[0], n))]
+        await asyncio.gather(*(self._delete_pod(key[0], n, uids.get(n)) for n in names), return_exceptions=True)
 
     async def _end_kueue_group(self, ns: str, pod: str) -> None:
         """kueue.x-k8s.io/retriable-in-group: "false" on one pod ends its Kueue pod group: Kueue finishes the
