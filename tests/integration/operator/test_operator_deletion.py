@@ -5,15 +5,20 @@ kube-controller-manager (no garbage collector), so only the operator can have de
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from tests.support.cluster.util import wait_until
 from tests.support.jobs import manifest
-from tests.support.operator import (OperatorProcess, install_crd, pod_exit, pod_running, pods_of, wait_job,
-                                    wait_pods)
+from tests.support.operator import OperatorProcess, install_crd, pod_exit, pod_running, pods_of, wait_job, wait_pods
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def _no_pods(k: Any, ns: str, job: str) -> Callable[[], bool]:
+    return lambda: not pods_of(k, ns, job)
 
 
 def test_a_deleted_jobs_pods_are_deleted_by_the_operator_running_or_finished(controlplane_factory,
@@ -37,7 +42,7 @@ def test_a_deleted_jobs_pods_are_deleted_by_the_operator_running_or_finished(con
             t0 = time.monotonic()
             k("delete", "grpojob", job, "-n", ns, "--wait=true", "--timeout=30s")
             try:
-                wait_until(lambda: not pods_of(k, ns, job), 15, 0.2, what=f"the pods of deleted job {job} gone")
+                wait_until(_no_pods(k, ns, job), 15, 0.2, what=f"the pods of deleted job {job} gone")
             except TimeoutError:
                 print(op.log(60))
                 raise
