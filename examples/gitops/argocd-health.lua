@@ -1,6 +1,7 @@
 -- Argo CD health check for grpo.dev/GRPOJob, driven by the operator's status.conditions (and phase as fallback).
 -- Healthy: training finished (Succeeded). Progressing: waiting, running, restarting after a failure, or waiting
--- for nodes. Degraded: Failed, or Rejected (the spec is invalid; the message says how to fix it).
+-- for nodes. Degraded: Failed, Rejected (the spec is invalid; the message says how to fix it), or CreateFailed
+-- (the API server refuses the pods: quota, PodSecurity…; retried until it accepts them).
 -- Suspended: spec.runPolicy.suspend is true. A started job that today's rules refuse (SpecInvalid, after an operator
 -- upgrade) keeps its health: running, the warning is added to the message.
 local hs = {}
@@ -54,6 +55,9 @@ elseif is_true("Suspended") or st.phase == "Suspended" then
 elseif is_true("Restarting") or st.phase == "Restarting" then
   hs.status = "Progressing"
   hs.message = msg("Restarting", "Restarting after a failure")
+elseif is_true("CreateFailed") then
+  hs.status = "Degraded"
+  hs.message = msg("CreateFailed", "The API server refuses to create the job's pods")
 elseif is_true("Unschedulable") then
   hs.status = "Progressing"
   hs.message = msg("Unschedulable", "Waiting for nodes")

@@ -82,6 +82,8 @@ def _cond(t: str, s: str = "True", msg: str = "") -> dict[str, Any]:
     ({"phase": "Failed", "conditions": [_cond("Failed", msg="backoff limit reached")]}, "Degraded"),
     ({"phase": "Rejected", "conditions": [_cond("Rejected", msg="spec.training.numGenerations: …")]}, "Degraded"),
     ({"phase": "Suspended", "conditions": [_cond("Suspended")]}, "Suspended"),
+    ({"phase": "Pending", "conditions": [_cond("CreateFailed", msg="exceeded quota")]}, "Degraded"),
+    ({"phase": "Pending", "conditions": [_cond("CreateFailed", "False"), _cond("Created")]}, "Progressing"),
     ({"phase": "Succeeded", "observedGeneration": 1, "conditions": [_cond("Succeeded")]}, "Healthy"),
 ])
 def test_argocd_health_check(status: dict[str, Any] | None, expected: str) -> None:

@@ -4,10 +4,17 @@ Plain torchrun exits 1 whenever any worker fails, which the operator would read 
 torchrun's own launcher in-process and maps the outcome: a permanent worker code (1-127) if any worker had one,
 else the first failed worker's code (a signal N becomes 128+N), 128+N when the agent itself got signal N (pod
 deletion: 143), and 200 when rendezvous fails (peers never arrived or the c10d store was lost).
+
+SIGTERM before the workers start (the wait for the store, torchrun's rendezvous) exits 143 at once: the launcher is
+the container's PID 1, and the kernel ignores a signal PID 1 has no handler for, so a pod deleted then stayed for its
+whole termination grace period (120 s). torchrun installs its own handler when it starts the workers (it stops them,
+and they save a checkpoint).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import sys
 import time
@@ -130,7 +137,13 @@ def _join_timeout(rdzv_conf: str) -> float:
     return DEFAULT_JOIN_TIMEOUT
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    os.write(2, b"grpo_trainer.launch: SIGTERM before the workers started; exit 143\n")
+    os._exit(SIGNAL_BASE + signum)  # nothing to save yet; a raise could be caught inside torch's rendezvous
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     from torch.distributed.run import parse_args, run
 
     args = parse_args(sys.argv[1:] if argv is None else argv)

@@ -50,6 +50,9 @@ class ConditionType(_Str):
     # a job that started under earlier rules and that today's rules refuse (an upgrade tightened one): it keeps
     # running, this condition names the rule (lifecycle/validity.py)
     SPEC_INVALID = "SpecInvalid"
+    # the API server refused a create of the job's objects (quota, PodSecurity, a webhook…): the server's message,
+    # retried with backoff, False once nothing is left to create (lifecycle/create.py refused_creates)
+    CREATE_FAILED = "CreateFailed"
 
 
 class Reason(_Str):
@@ -67,6 +70,7 @@ class Reason(_Str):
     PODS_CREATED = "PodsCreated"
     PODS_RECREATED = "PodsRecreated"
     CHILD_CONFLICT = "ChildConflict"
+    FAILED_CREATE = "FailedCreate"
     # Running / Unschedulable / Succeeded
     ALL_NODES_RUNNING = "AllNodesRunning"
     PODS_NOT_RUNNING = "PodsNotRunning"

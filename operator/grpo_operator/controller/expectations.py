@@ -31,6 +31,10 @@ class Expectations:
         for name in pod_names:
             expected[name] = (attempt, t)
 
+    def refused(self, key: Key, name: str) -> None:
+        """A create the API server refused: the pod will not appear; the next pass creates it again."""
+        self._created.get(key, {}).pop(name, None)
+
     def foreign(self, key: Key, name: str, info: lifecycle.PodInfo) -> None:
         self._foreign.setdefault(key, {})[name] = (info, time.monotonic())
 

@@ -139,6 +139,7 @@ class Controller:
         self.group_ends = RateLimiter(END_KUEUE_GROUP_RESEND_SECONDS)
         self.pod_group_events = RateLimiter(POD_GROUP_EVENT_SECONDS)
         self.failed_create_events = RateLimiter(refused.EVENT_WINDOW)
+        self.refused_creates: dict[Key, str] = {}  # the last refused create's message per job (refused.py)
         self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0}
         self.gate = ha.Gate(config.leader_elect)  # --leader-elect: a standby acts on nothing (ha.py)
 
@@ -163,6 +164,7 @@ class Controller:
         self.queue.forget(key)
         self.expectations.forget(key)
         self.progress.forget(key)
+        self.refused_creates.pop(key, None)
 
     def ensure_background(self) -> None:
         self.queue.start_resync()
@@ -235,6 +237,7 @@ class Controller:
         uid = (body.get("metadata") or {}).get("uid", "")
         res = self._validate(key, body)
         view = lifecycle.JobView.from_body(body, res)
+        view.create_refused = self.refused_creates.get(key)
         pods = self.observed_pods(key, uid)
         dec = lifecycle.decide(view, pods, lifecycle.now_utc(), self.config.policy)
         k = self.kube
@@ -323,14 +326,19 @@ class Controller:
         except kube.Conflict:  # uid precondition failed: a newer pod of that name; leave it
             pass
 
-    async def end_kueue_groups_of_deleted_job(self, key: Key, body: dict[str, Any]) -> None:
-        """A job deleted at once (no finalizer of ours to wait on): its pods are still listed; end their Kueue
-        groups so that Kueue releases the quota instead of waiting for replacement pods (best effort)."""
+    async def release_deleted_job(self, key: Key, body: dict[str, Any]) -> None:
+        """A job deleted at once (no finalizer of ours to wait on): its pods are still listed. End their Kueue groups
+        (so that Kueue releases the quota instead of waiting for replacement pods), then delete them ourselves rather
+        than wait for the garbage collector (best effort: the collector remains the backstop)."""
         if self.pods is None or self.kube is None:
             return
         view = lifecycle.JobView.from_body(body)
-        for pod in lifecycle.decision.deleted_job_groups(view, [info for info, _ in self.pods.of(key)]):
+        pods = [info for info, _ in self.pods.of(key)]
+        for pod in lifecycle.decision.deleted_job_groups(view, pods):
             await self._end_kueue_group(key[0], pod)
+        uids = {p.name: p.uid for p in pods}
+        names = [n for n in lifecycle.decision.deleted_job_pods(view, pods) if self.deletes.allow((key[0], n))]
+        await asyncio.gather(*(self._delete_pod(key[0], n, uids.get(n)) for n in names), return_exceptions=True)
 
     async def _end_kueue_group(self, ns: str, pod: str) -> None:
         """kueue.x-k8s.io/retriable-in-group: "false" on one pod ends its Kueue pod group: Kueue finishes the
@@ -353,6 +361,11 @@ class Controller:
         uid = (body.get("metadata") or {}).get("uid", "")
         objs = render_job.render(res.job, res.topology, ns, uid=uid, image=self.config.image, attempt=attempt,
                                  metrics_port=self.config.trainer_metrics_port, kueue_group=kueue_group)
+        too_large = render_job.oversized(objs)
+        if too_large:  # the server would refuse it: say so without sending anything
+            refused.note(self, key, manifests.names(name).config_map, too_large, body)
+            self.kick_later(key, POD_GROUP_RETRY_SECONDS)
+            return
         wanted = set(pod_names)
         support = [o for o in objs if o["kind"] != "Pod"]
         pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["name"] in wanted]
@@ -360,7 +373,8 @@ class Controller:
         if not all(results):
             return  # a ConfigMap/Service/PodGroup of ours is missing or owned by something else: pods would use the wrong one
         self.expectations.created(key, [p["metadata"]["name"] for p in pods], attempt)
-        await asyncio.gather(*(self._create_one(key, uid, o, body) for o in pods))
+        await asyncio.gather(*(self._create_one(key, uid, o, body) for o in pods))  # raises a refusal
+        self.refused_creates.pop(key, None)  # everything was created: the next pass clears CreateFailed
 
     async def _create_one(self, key: Key, uid: str, obj: dict[str, Any], job: Optional[dict[str, Any]] = None) -> bool:
         assert self.kube is not None
@@ -374,7 +388,9 @@ class Controller:
             pass  # AlreadyExists (or our own ambiguous earlier write): ours is success
         except kube.ApiError as exc:
             if kind not in kube.GROUP_PLURALS or exc.status not in (403, 404):
-                refused.report(self, key, obj, exc, job)  # a FailedCreate Event with the server's message
+                refused.report(self, key, obj, exc, job)  # a FailedCreate Event and condition: the server's message
+                if kind == "Pod":
+                    self.expectations.refused(key, name)
                 raise
             # the gang scheduler's CRD is not installed, or the operator may not create PodGroups: no pods (the
             # scheduler would refuse them, or schedule them one by one); say so, and try again later

@@ -1,6 +1,8 @@
 """A create the API server refuses (quota, PodSecurity, an invalid object, a webhook's denial): a `FailedCreate`
-Warning Event on the job with the server's own message, at most once a minute per object (the reconcile retries
-with the work queue's backoff). Before this a refused pod create only left a log line and the job looked Pending."""
+Warning Event on the job with the server's own message, at most once a minute per object, and a record the next
+pass hands the lifecycle (JobView.create_refused), which makes it condition CreateFailed (lifecycle/create.py). The
+reconcile retries with the work queue's backoff; a successful create drops the record. Before this a refused pod
+create only left a log line and the job looked Pending."""
 
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from .ratelimit import RateLimiter
 log = logging.getLogger("grpo_operator")
 
 EVENT_WINDOW = 60.0  # seconds between two FailedCreate events of one object
+MESSAGE_LIMIT = 1024  # characters of the server's message kept (an Event's and a condition's message)
 
 
 class _Controller(Protocol):
     failed_create_events: RateLimiter  # one FailedCreate Event per object per EVENT_WINDOW
+    refused_creates: dict[tuple[str, str], str]  # job key -> the last refusal's message, until a create succeeds
     events: Any
 
 
@@ -31,7 +35,12 @@ def report(controller: _Controller, key: tuple[str, str], obj: dict[str, Any], e
     if job is None or not refused(exc):
         return
     kind, name = obj["kind"], obj["metadata"]["name"]
-    message = f"Error creating {kind} {name}: {exc.status} {exc.reason}: {exc.message}"
+    note(controller, key, name, f"Error creating {kind} {name}: {exc.status} {exc.reason}: {exc.message}", job)
+
+
+def note(controller: _Controller, key: tuple[str, str], name: str, message: str, job: dict[str, Any]) -> None:
+    """Record a refusal of object `name` (the condition's message) and send its Event (rate-limited per object)."""
     log.warning("%s/%s: %s", key[0], key[1], message)
+    controller.refused_creates[key] = message[:MESSAGE_LIMIT]
     if controller.failed_create_events.allow((key[0], name)):
-        controller.events.record(job, lifecycle.JobEvent("Warning", "FailedCreate", message[:1024]))
+        controller.events.record(job, lifecycle.JobEvent("Warning", "FailedCreate", message[:MESSAGE_LIMIT]))

@@ -3,7 +3,7 @@ pod group the gang policy puts them in)."""
 
 from __future__ import annotations
 
-from ..api.status import ConditionType, Reason
+from ..api.status import ConditionType, Phase, Reason
 from .conditions import fmt_time
 from .draft import Draft
 from .pods import PodInfo
@@ -47,3 +47,17 @@ def create_pods(draft: Draft) -> bool:
         if restarting:
             draft.set(ConditionType.RESTARTING, "False", Reason.PODS_RECREATED, recreated)
     return False
+
+
+def refused_creates(draft: Draft) -> None:
+    """After every pass: a create the API server refused (quota, PodSecurity, a webhook's denial…) is condition
+    CreateFailed=True with the server's message while something is still to be created (the controller retries with
+    backoff); once nothing is left to create, False. Without a record (an operator restart) it stays as it was until
+    the next try says."""
+    refusal, creating = draft.job.create_refused, bool(draft.decision.create_pods)
+    if creating and refusal:
+        draft.set(ConditionType.CREATE_FAILED, "True", Reason.FAILED_CREATE, refusal)
+        if draft.status.get("phase") in (None, Phase.PENDING):
+            draft.status["message"] = f"creating the pods is refused: {refusal}"
+    elif not creating:
+        draft.clear(ConditionType.CREATE_FAILED, Reason.PODS_CREATED, "nothing left to create")

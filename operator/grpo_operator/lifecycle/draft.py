@@ -83,6 +83,9 @@ class JobView:
     # spec.cache: the download pod's last GRPO_STAGE progress record, read by the controller (None: not read)
     stage_progress: Optional[dict[str, Any]] = None
     spec_doc: Any = None  # the stored spec as sent: read where today's models cannot parse it (the TTL)
+    # the API server's refusal of this job's last create (the controller's record: controller/refused.py); None:
+    # none known (after an operator restart the next refused try records it again)
+    create_refused: Optional[str] = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], result: Optional[validation.ValidationResult] = None) -> JobView:

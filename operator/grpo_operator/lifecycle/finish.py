@@ -10,12 +10,14 @@ from typing import Any, Optional
 from .. import api
 from ..api.status import ConditionType, Phase, Reason
 from . import gang
+from .create import refused_creates
 from .draft import Decision, Draft, JobEvent, Policy, clean_status
 from .pods import PodInfo
 
 
 def finish(draft: Draft) -> Decision:
     """The status built by the steps as the API's model (api.GRPOJobStatus: the CRD's schema), dumped once."""
+    refused_creates(draft)
     typed = api.GRPOJobStatus.model_validate(clean_status(draft.status))
     draft.decision.job_status = typed
     draft.decision.status = dump_status(typed)

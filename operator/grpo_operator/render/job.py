@@ -22,3 +22,21 @@ def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: st
                             kueue_group=kueue_group)
     objs[2:2] = initializer.render_initializer(job, namespace, uid=uid, image=image)
     return objs
+
+
+MAX_CONFIG_MAP_BYTES = 1024 * 1024  # the API server refuses a ConfigMap whose data passes 1 MiB
+
+
+def oversized(objs: list[dict[str, Any]]) -> Optional[str]:
+    """The first ConfigMap whose data the API server would refuse as too large (it is checked before anything is
+    sent, so a job never half-exists): what to change; None when every one fits."""
+    for obj in objs:
+        if obj.get("kind") != "ConfigMap":
+            continue
+        size = sum(len(k) + len(str(v).encode()) for k, v in (obj.get("data") or {}).items())
+        if size > MAX_CONFIG_MAP_BYTES:
+            name = obj["metadata"]["name"]
+            return (f"ConfigMap {name} would hold {size} bytes of trainer configuration, over the API server's "
+                    f"{MAX_CONFIG_MAP_BYTES} (1 MiB): shorten the spec (long values in spec.training, rewards or "
+                    f"the dataset's settings: move large data into a volume)")
+    return None

@@ -1,4 +1,6 @@
-"""controller/refused.py: a refused create becomes one FailedCreate Warning Event per object per window."""
+"""controller/refused.py: a refused create becomes one FailedCreate Warning Event per object per window and a record
+that the lifecycle turns into condition CreateFailed (lifecycle/create.py refused_creates); render/job.py's size check
+of the ConfigMap."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ class _Controller:
     def __init__(self) -> None:
         self.failed_create_events = RateLimiter(refused.EVENT_WINDOW)
         self.events = _Events()
+        self.refused_creates: dict[tuple[str, str], str] = {}
 
 
 POD = {"kind": "Pod", "metadata": {"name": "j-node-0"}}
@@ -35,11 +38,23 @@ def test_a_refusal_is_one_warning_event_per_window() -> None:
     event = c.events.recorded[0][1]
     assert event.type == "Warning" and event.reason == "FailedCreate"
     assert "422" in event.message and "j-node-0" in event.message and "Invalid value" in event.message
+    assert c.refused_creates == {("ns", "j"): event.message}  # what the next pass hands the lifecycle
 
 
 def test_conflicts_and_throttling_are_not_refusals() -> None:
     c = _Controller()
     for status in (409, 429, 401, 500):
         refused.report(c, ("ns", "j"), POD, kube.ApiError(status, "X", "y"), JOB)
-    assert c.events.recorded == []
+    assert c.events.recorded == [] and c.refused_creates == {}
 
+
+
+def test_a_config_map_over_1_mib_is_caught_before_it_is_sent() -> None:
+    from grpo_operator.render import job as render_job
+
+    small = {"kind": "ConfigMap", "metadata": {"name": "j-config"}, "data": {"config.json": "{}"}}
+    big = {"kind": "ConfigMap", "metadata": {"name": "j-config"},
+           "data": {"config.json": "x" * render_job.MAX_CONFIG_MAP_BYTES}}
+    assert render_job.oversized([POD, small]) is None
+    problem = render_job.oversized([POD, big])
+    assert problem is not None and "j-config" in problem and "1 MiB" in problem and "spec" in problem

@@ -394,11 +394,15 @@ def test_fixed_spec_leaves_rejected() -> None:
     assert d2.status["phase"] == "Pending" and cond(d2.status, "Rejected")["status"] == "False" and d2.create_pods
 
 
-def test_deleting_job_is_left_alone() -> None:
-    body = job_body("job", nodes=1, uid=UID)
+def test_a_deleting_job_writes_nothing_and_deletes_its_own_pods_itself() -> None:
+    """Its pods go now, running or finished, not when the garbage collector gets to them (issue 22 item 6); a pod
+    already on its way out or owned by another job is not touched."""
+    body = job_body("job", nodes=3, uid=UID)
     body["metadata"]["deletionTimestamp"] = "2030-01-01T12:00:00Z"
-    dec = decide(body, [pod(0, "Running")])
-    assert dec.status is None and not dec.delete_pods and not dec.create_pods
+    other = lc.summarize_pod(pod_body("job", 5, "Running", uid="an-older-job"))
+    dec = decide(body, [pod(0, "Running"), pod(1, "Succeeded"), pod(2, "Running", deleting=True), other])
+    assert dec.status is None and not dec.create_pods
+    assert dec.delete_pods == ["job-node-0", "job-node-1"]
 
 
 # --------------------------------------------------------------------------------------------- exhaustive

@@ -1,0 +1,53 @@
+"""A create the API server refused (the controller's record, JobView.create_refused) is condition CreateFailed with
+the server's message while pods are still to be created; it is cleared once nothing is left to create, and an
+operator restart (no record) leaves it as it was (lifecycle/create.py refused_creates)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Optional
+
+from grpo_operator import lifecycle as lc
+from tests.support.jobs import job_body, pod_body
+
+T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
+UID = "uid-1"
+MESSAGE = 'Error creating Pod job-node-0: 403 Forbidden: pods "job-node-0" is forbidden: exceeded quota: q'
+
+
+def decide(status: Optional[dict[str, Any]], pods: list[lc.PodInfo], refusal: Optional[str]) -> lc.Decision:
+    view = lc.JobView.from_body(job_body("job", nodes=2, uid=UID, status=status))
+    view.create_refused = refusal
+    return lc.decide(view, pods, T0, lc.Policy())
+
+
+def cond(dec: lc.Decision) -> dict[str, Any]:
+    assert dec.status is not None
+    return dict(lc.get_condition(dec.status.get("conditions") or [], "CreateFailed") or {})
+
+
+def pod(rank: int) -> lc.PodInfo:
+    return lc.summarize_pod(pod_body("job", rank, "Pending", uid=UID))
+
+
+def test_a_refused_create_is_condition_create_failed_and_the_pods_are_tried_again() -> None:
+    dec = decide(None, [], MESSAGE)
+    assert dec.create_pods == ["job-node-0", "job-node-1"]  # tried again (the work queue's backoff paces it)
+    c = cond(dec)
+    assert (c["status"], c["reason"], c["message"]) == ("True", "FailedCreate", MESSAGE)
+    assert dec.status is not None and dec.status["phase"] == "Pending" and "exceeded quota" in dec.status["message"]
+
+
+def test_without_a_record_the_condition_stays_until_the_pods_exist() -> None:
+    refused = decide(None, [], MESSAGE).status
+    after_restart = decide(refused, [], None)  # an operator restart forgot the record: the condition stays
+    assert cond(after_restart)["status"] == "True" and after_restart.create_pods
+    created = decide(after_restart.status, [pod(0), pod(1)], None)
+    c = cond(created)
+    assert (c["status"], c["reason"]) == ("False", "PodsCreated")
+    assert not created.create_pods
+
+
+def test_a_job_never_refused_has_no_create_failed_condition() -> None:
+    assert cond(decide(None, [], None)) == {}
+    assert cond(decide(None, [pod(0), pod(1)], None)) == {}
