@@ -31,8 +31,8 @@ def create_pods(draft: Draft) -> bool:
         draft.decision.create_pods = missing
         draft.decision.kueue_group = draft.gang.group_of_new_pods(draft.pods.ours, draft.job.name, draft.job.uid,
                                                                   attempt)
-        if draft.status.get("startTime") is None:
-            draft.status["startTime"] = fmt_time(draft.now)
+        if draft.status.startTime is None:
+            draft.status.startTime = fmt_time(draft.now)
             deadline = draft.spec.runPolicy.activeDeadlineSeconds
             if deadline is not None:
                 draft.decision.requeue(deadline)
