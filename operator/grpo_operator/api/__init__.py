@@ -44,7 +44,15 @@ from .models import (
     training_kwargs,
 )
 from .peft import MODULE_NAME, PeftSpec
-from .status_models import BatchStatus, Condition, GRPOJobStatus, ProgressStatus
+from .status_models import (
+    BatchStatus,
+    Condition,
+    ConditionStatus,
+    GRPOJobStatus,
+    ProgressStatus,
+    parse_lenient,
+    parse_status,
+)
 from .vllm_server import VllmServerSpec
 
 # the package's public surface (explicit, so that mypy's no_implicit_reexport accepts `api.X`)
@@ -56,5 +64,5 @@ __all__ = [
     "DatasetSpec", "EnvVar", "GRPOJob", "GRPOJobSpec", "GRPOJobStatus", "K8sObject", "ObjectMeta", "OutputSpec",
     "PodTemplate", "ProgressStatus", "Quantity", "ResourceRequirements", "RewardSpec", "RunPolicy", "SchedulingSpec",
     "SecretKeyRef", "TemplateMetadata", "TrainingSpec", "VllmServerSpec", "VllmSpec", "training_kwargs", "CacheSpec",
-    "MODULE_NAME", "PeftSpec",
+    "MODULE_NAME", "PeftSpec", "ConditionStatus", "parse_lenient", "parse_status",
 ]

@@ -33,7 +33,6 @@ ROLE_TRAINER = manifests.ROLE_TRAINER
 TRAINER_CONTAINER = manifests.TRAINER_CONTAINER
 QUEUE_LABEL = g.KUEUE_QUEUE_LABEL
 KUEUE_GATE = g.KUEUE_ADMISSION_GATE
-PROGRESS_FIELDS: tuple[str, ...] = tuple(api.ProgressStatus.model_fields)  # status.progress's keys (camelCase)
 
 
 def names(job_name: str) -> manifests.Names:

@@ -1,20 +1,21 @@
 """The client's typed results (plain dataclasses) and how they are read from API objects (pure: dicts in).
 
-A job's state is `Job.phase`: the operator's status.phase, or, when a status has no phase, the condition that is
-True (Failed, Succeeded, Rejected, Suspended, Restarting, Running, Created → Pending, in that order), else
-"Unknown" (the operator has not reported on the job yet). It is never guessed from the pods: a resumed job, gated
-pods or the old Failed pods of a gang restart in flight do not change it.
+A job's status is read with the operator's own models (api.parse_status: api.GRPOJobStatus, leniently: an invalid
+value is dropped, the rest kept). Its state is `Job.phase`: the operator's status.phase, or, when a status has no
+phase, the condition that is True (api.GRPOJobStatus.state), else "Unknown" (the operator has not reported on the
+job yet). It is never guessed from the pods: a resumed job, gated pods or the old Failed pods of a gang restart in
+flight do not change it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .. import api
 from . import _contract as c
 
 PHASES: tuple[str, ...] = c.PHASES
@@ -22,9 +23,6 @@ UNKNOWN = "Unknown"
 TERMINAL_PHASES = frozenset({c.SUCCEEDED, c.FAILED})
 # Ends of a wait that are not a success: the job will not move on by itself (Rejected: until its spec is edited).
 FAILURE_PHASES = frozenset({c.FAILED, c.REJECTED})
-_BY_CONDITION = ((c.C_FAILED, c.FAILED), (c.C_SUCCEEDED, c.SUCCEEDED), (c.C_REJECTED, c.REJECTED),
-                 (c.C_SUSPENDED, c.SUSPENDED), (c.C_RESTARTING, c.RESTARTING), (c.C_RUNNING, c.RUNNING),
-                 (c.C_CREATED, c.PENDING))
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -41,10 +39,6 @@ def _int(value: Any, default: Optional[int] = None) -> Optional[int]:
 parse_time = c.parse_time  # the lifecycle's (one parser for the operator and the client)
 
 
-def _snake(camel: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
-
-
 @dataclass(frozen=True)
 class Condition:
     type: str
@@ -55,11 +49,9 @@ class Condition:
     observed_generation: Optional[int] = None
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Condition:
-        return cls(type=str(d.get("type") or ""), status=str(d.get("status") or "Unknown"),
-                   reason=str(d.get("reason") or ""), message=str(d.get("message") or ""),
-                   last_transition_time=d.get("lastTransitionTime"),
-                   observed_generation=_int(d.get("observedGeneration")))
+    def of(cls, cond: api.Condition) -> Condition:
+        return cls(type=cond.type, status=cond.status, reason=cond.reason, message=cond.message,
+                   last_transition_time=cond.lastTransitionTime, observed_generation=cond.observedGeneration)
 
 
 @dataclass(frozen=True)
@@ -81,13 +73,19 @@ class Progress:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, d: Any) -> Optional[Progress]:
-        """status.progress (api.ProgressStatus's camelCase keys) → Progress's snake_case fields; unknown keys in
-        `extra`."""
-        if not isinstance(d, dict) or not d:
+    def of(cls, p: Optional[api.ProgressStatus]) -> Optional[Progress]:
+        """status.progress as the operator's model reads it; fields it does not know in `extra`. None when empty."""
+        if p is None or not p.model_dump(exclude_none=True):
             return None
-        known = {_snake(key): d.get(key) for key in c.PROGRESS_FIELDS}
-        return cls(**known, extra={k: v for k, v in d.items() if k not in c.PROGRESS_FIELDS})
+        return cls(step=p.step, max_steps=p.maxSteps, reward=p.reward, reward_std=p.rewardStd, rewards=p.rewards,
+                   kl=p.kl, completion_length=p.completionLength, learning_rate=p.learningRate,
+                   tokens_per_second=p.tokensPerSecond, eta_seconds=p.etaSeconds, update_time=p.updateTime,
+                   display=p.display, extra=dict(p.model_extra or {}))
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Optional[Progress]:
+        """status.progress as stored (camelCase keys), read leniently (api.parse_lenient)."""
+        return cls.of(api.parse_lenient(api.ProgressStatus, d)) if isinstance(d, Mapping) and d else None
 
     @property
     def fraction(self) -> Optional[float]:
@@ -162,19 +160,6 @@ class NodePod:
         return self.phase in ("Succeeded", "Failed")
 
 
-def phase_of(status: Any) -> str:
-    """The job's state from its status alone: status.phase, else the True condition, else Unknown."""
-    status = _dict(status)
-    phase = status.get("phase")
-    if phase in PHASES:
-        return str(phase)
-    true = {d.get("type") for d in status.get("conditions") or [] if isinstance(d, dict) and d.get("status") == "True"}
-    for ctype, ph in _BY_CONDITION:
-        if ctype in true:
-            return ph
-    return UNKNOWN
-
-
 @dataclass(frozen=True)
 class Job:
     """A GRPOJob as the client reports it. `attempt` is status.restarts: 0 for the first set of pods, +1 for
@@ -204,7 +189,9 @@ class Job:
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any], pods: Optional[Sequence[Mapping[str, Any]]] = None) -> Job:
-        meta, spec, status = _dict(body.get("metadata")), _dict(body.get("spec")), _dict(body.get("status"))
+        meta, spec = _dict(body.get("metadata")), _dict(body.get("spec"))
+        status = api.parse_status(body.get("status"))  # the operator's model, read leniently
+        state = status.state()
         uid = str(meta.get("uid") or "")
         node_pods = []
         for p in pods or []:
@@ -215,17 +202,16 @@ class Job:
             node_pods.append(NodePod.from_dict(p))
         node_pods.sort(key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0, p.name, p.attempt))
         return cls(
-            name=str(meta.get("name") or ""), namespace=str(meta.get("namespace") or ""), phase=phase_of(status),
-            message=str(status.get("message") or ""), attempt=_int(status.get("restarts"), 0) or 0,
-            nodes=_int(spec.get("nodes"), 1) or 1, topology=status.get("topology"),
+            name=str(meta.get("name") or ""), namespace=str(meta.get("namespace") or ""),
+            phase=state.value if state is not None else UNKNOWN, message=status.message or "",
+            attempt=status.restarts, nodes=_int(spec.get("nodes"), 1) or 1, topology=status.topology,
             suspended=_dict(spec.get("runPolicy")).get("suspend") is True,
             queue=_dict(meta.get("labels")).get(c.QUEUE_LABEL),
-            conditions=tuple(Condition.from_dict(d) for d in status.get("conditions") or [] if isinstance(d, dict)),
-            progress=Progress.from_dict(status.get("progress")), last_failure_reason=status.get("lastFailureReason"),
-            requeues=_int(status.get("requeues"), 0) or 0,
-            uid=uid, generation=_int(meta.get("generation")), observed_generation=_int(status.get("observedGeneration")),
-            creation_timestamp=meta.get("creationTimestamp"), start_time=status.get("startTime"),
-            completion_time=status.get("completionTime"), pods=tuple(node_pods), raw=dict(body))
+            conditions=tuple(Condition.of(x) for x in status.conditions), progress=Progress.of(status.progress),
+            last_failure_reason=status.lastFailureReason, requeues=status.requeues,
+            uid=uid, generation=_int(meta.get("generation")), observed_generation=status.observedGeneration,
+            creation_timestamp=meta.get("creationTimestamp"), start_time=status.startTime,
+            completion_time=status.completionTime, pods=tuple(node_pods), raw=dict(body))
 
     # ---- views
     def condition(self, ctype: str) -> Optional[Condition]:

@@ -1,10 +1,12 @@
-"""Time stamps and status.conditions[] (Kubernetes API conventions), pure."""
+"""Time stamps and status.conditions[] (Kubernetes API conventions, as api.Condition), pure."""
 
 from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional
+
+from .. import api
 
 
 def now_utc() -> _dt.datetime:
@@ -31,26 +33,26 @@ def parse_time(s: Any) -> Optional[_dt.datetime]:
     return t
 
 
-def set_condition(conditions: list[dict[str, Any]], ctype: str, status: str, reason: str, message: str,
+def set_condition(conditions: list[api.Condition], ctype: str, status: api.ConditionStatus, reason: str, message: str,
                   now: _dt.datetime, generation: Optional[int], *, force_transition: bool = False) -> None:
     """Upsert a condition in place; lastTransitionTime changes only when status changes (or forced)."""
-    status = {True: "True", False: "False"}.get(status, status)  # type: ignore[call-overload]
     ctype, reason = str(ctype), str(reason)  # api.status members as the plain strings the API server returns
     for cond in conditions:
-        if cond.get("type") == ctype:
-            if cond.get("status") != status or force_transition or not cond.get("lastTransitionTime"):
-                cond["lastTransitionTime"] = fmt_time(now)
-            cond["status"], cond["reason"], cond["message"] = status, reason, message
+        if cond.type == ctype:
+            if cond.status != status or force_transition or not cond.lastTransitionTime:
+                cond.lastTransitionTime = fmt_time(now)
+            cond.status, cond.reason, cond.message = status, reason, message
             if generation is not None:
-                cond["observedGeneration"] = generation
+                cond.observedGeneration = generation
             return
-    cond = {"type": ctype, "status": status, "reason": reason, "message": message, "lastTransitionTime": fmt_time(now)}
+    cond = api.Condition(type=ctype, status=status, reason=reason, message=message, lastTransitionTime=fmt_time(now))
     if generation is not None:
-        cond["observedGeneration"] = generation
+        cond.observedGeneration = generation
     conditions.append(cond)
 
 
 def get_condition(conditions: Iterable[Mapping[str, Any]], ctype: str) -> Optional[Mapping[str, Any]]:
+    """A condition of a status as written (JSON: Decision.status); the steps read the typed one (api.GRPOJobStatus)."""
     return next((c for c in conditions if c.get("type") == ctype), None)
 
 
@@ -59,8 +61,8 @@ def is_true(conditions: Iterable[Mapping[str, Any]], ctype: str) -> bool:
     return bool(c and c.get("status") == "True")
 
 
-def clear_condition(conditions: list[dict[str, Any]], ctype: str, reason: str, message: str,
+def clear_condition(conditions: list[api.Condition], ctype: str, reason: str, message: str,
                     now: _dt.datetime, generation: Optional[int]) -> None:
     """Set an existing condition to False (a missing one stays missing)."""
-    if get_condition(conditions, ctype) is not None:
+    if any(c.type == ctype for c in conditions):
         set_condition(conditions, ctype, "False", reason, message, now, generation)

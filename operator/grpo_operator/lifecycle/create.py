@@ -31,8 +31,8 @@ def create_pods(draft: Draft) -> bool:
         draft.decision.create_pods = missing
         draft.decision.kueue_group = draft.gang.group_of_new_pods(draft.pods.ours, draft.job.name, draft.job.uid,
                                                                   attempt)
-        if draft.status.get("startTime") is None:
-            draft.status["startTime"] = fmt_time(draft.now)
+        if draft.status.startTime is None:
+            draft.status.startTime = fmt_time(draft.now)
             deadline = draft.spec.runPolicy.activeDeadlineSeconds
             if deadline is not None:
                 draft.decision.requeue(deadline)
@@ -57,7 +57,7 @@ def refused_creates(draft: Draft) -> None:
     refusal, creating = draft.job.create_refused, bool(draft.decision.create_pods)
     if creating and refusal:
         draft.set(ConditionType.CREATE_FAILED, "True", Reason.FAILED_CREATE, refusal)
-        if draft.status.get("phase") in (None, Phase.PENDING):
-            draft.status["message"] = f"creating the pods is refused: {refusal}"
+        if draft.status.phase in (None, Phase.PENDING):
+            draft.status.message = f"creating the pods is refused: {refusal}"
     elif not creating:
         draft.clear(ConditionType.CREATE_FAILED, Reason.PODS_CREATED, "nothing left to create")

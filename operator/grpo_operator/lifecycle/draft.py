@@ -1,5 +1,5 @@
-"""What decide()'s steps share: the Draft (the status being built, the decision, the pods sorted once, the job's
-gang policy), the Decision it yields, and the operator-wide Policy knobs."""
+"""What decide()'s steps share: the Draft (the status being built, as the API's model, the decision, the pods sorted
+once, the job's gang policy), the Decision it yields, and the operator-wide Policy knobs."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from ..api.status import ConditionType, Phase
 from ..render import manifests
 from ..rules import topology, validation
 from . import gang_policy
-from .conditions import clear_condition, is_true, set_condition
-from .pods import ROLE_TRAINER, PodInfo, PodPhase, PodSets, as_int
+from .conditions import clear_condition, set_condition
+from .pods import ROLE_TRAINER, PodInfo, PodPhase, PodSets
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class JobView:
     uid: str
     generation: Optional[int]
     deleting: bool
-    status: dict[str, Any]
+    status: dict[str, Any]  # as stored (what the status patch is computed against); Draft.begin parses it
     result: validation.ValidationResult  # validation.validate(body)
     # spec.cache: the download pod's last GRPO_STAGE progress record, read by the controller (None: not read)
     stage_progress: Optional[dict[str, Any]] = None
@@ -109,13 +109,13 @@ class ValidJob:
 
     job: api.GRPOJob
     topology: topology.Topology
-    batch: dict[str, Any]
+    batch: Optional[api.BatchStatus]  # status.batch (None: the rules could not compute it)
 
     @classmethod
     def of(cls, result: validation.ValidationResult) -> Optional[ValidJob]:
         if not result.valid or result.job is None or result.topology is None:
             return None
-        return cls(result.job, result.topology, dict(result.batch or {}))
+        return cls(result.job, result.topology, _batch(result.batch))
 
     @classmethod
     def kept(cls, result: validation.ValidationResult) -> Optional[ValidJob]:
@@ -123,27 +123,31 @@ class ValidJob:
         it), when today's models parse it and compute its topology; None otherwise."""
         if result.not_a_grpojob or result.job is None or result.topology is None:
             return None
-        return cls(result.job, result.topology, dict(result.batch or {}))
+        return cls(result.job, result.topology, _batch(result.batch))
+
+
+def _batch(breakdown: Optional[dict[str, Any]]) -> Optional[api.BatchStatus]:
+    """The rules' batch breakdown as status.batch (its fields only)."""
+    if not breakdown:
+        return None
+    return api.BatchStatus.model_validate({k: v for k, v in breakdown.items() if k in api.BatchStatus.model_fields})
 
 
 # Phases only a job whose pods were created reaches (Suspended is not one: a job may be created suspended)
 STARTED_PHASES = (Phase.RUNNING, Phase.RESTARTING, Phase.SUCCEEDED, Phase.FAILED)
 
 
-def has_started(job: JobView, ours: Iterable[PodInfo]) -> bool:
+def has_started(status: api.GRPOJobStatus, generation: Optional[int], ours: Iterable[PodInfo]) -> bool:
     """Started: the operator created pods for the job at least once (status.startTime, the Created condition, a phase
     only pods reach, or a pod of its own). From then on it was admitted by the rules of its day, and a later release's
     stricter rule never deletes its work (a rule only refuses a job that has not started). Not started: a Rejected
     job (its rejection deleted its pods), and a spec edited since the operator last saw it (metadata.generation past
     status.observedGeneration): an edit today's rules refuse is refused as before, whatever ran."""
-    status = job.status
-    seen = status.get("observedGeneration")
-    if status.get("phase") == Phase.REJECTED or (isinstance(seen, int) and isinstance(job.generation, int)
-                                                 and job.generation > seen):
+    seen = status.observedGeneration
+    if status.phase == Phase.REJECTED or (seen is not None and isinstance(generation, int) and generation > seen):
         return False
-    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
-    return bool(status.get("startTime") or status.get("phase") in STARTED_PHASES
-                or is_true(conditions, ConditionType.CREATED) or any(True for _ in ours))
+    return bool(status.startTime or status.phase in STARTED_PHASES
+                or status.is_true(ConditionType.CREATED) or any(True for _ in ours))
 
 
 def clean_status(status: dict[str, Any]) -> dict[str, Any]:
@@ -160,36 +164,39 @@ def active(pods: Iterable[PodInfo], keep_succeeded: bool = False) -> list[PodInf
 
 @dataclass
 class Draft:
-    """What the steps of one decide() share: the job, the status being built and the decision."""
+    """What the steps of one decide() share: the job, the status being built (the API's model, dumped once by
+    finish) and the decision."""
 
     job: JobView
     now: _dt.datetime
     policy: Policy
-    status: dict[str, Any]
-    conditions: list[dict[str, Any]]
+    status: api.GRPOJobStatus  # the status being built
+    found: api.GRPOJobStatus  # the job's status as this pass found it (parsed leniently: api.parse_status)
     decision: Decision
     pods: PodSets
     current: list[PodInfo]  # pods.current, plus the pods this pass creates
-    phase: Optional[str]  # the phase found (None after a cleared Rejected, Pending after a resume)
+    phase: Optional[Phase]  # the phase found (None after a cleared Rejected, Pending after a resume)
     valid: Optional[ValidJob]  # None: an invalid spec (reject_invalid settles the pass)
     gang: gang_policy.GangPolicy  # chosen once per pass (lifecycle/gang_policy.py)
     refused: Optional[str] = None  # a started job that today's rules refuse: the errors (lifecycle/validity.py)
 
     @classmethod
     def begin(cls, job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy) -> Draft:
-        status: dict[str, Any] = dict(job.status)
-        conditions = [dict(c) for c in job.status.get("conditions") or [] if isinstance(c, dict) and c.get("type")]
-        status["conditions"] = conditions
-        status["observedGeneration"] = job.generation
-        status["restarts"] = as_int(job.status.get("restarts"), 0)
-        sets = PodSets.sort(job.uid, pods, status["restarts"])
+        found = api.parse_status(job.status)  # never raises: an older operator's or a hand-edited status
+        status = found.model_copy(deep=True)
+        # written whatever the steps do (finish dumps the fields set): the conditions, the generation acted on, the
+        # attempt (0 when the status has none yet)
+        status.conditions = [c for c in status.conditions if c.type]
+        status.observedGeneration = job.generation
+        status.restarts = found.restarts
+        sets = PodSets.sort(job.uid, pods, status.restarts)
         # an older GRPOJob of the same name (its GC pending) → delete; anything else is a conflict, never touched
-        decision = Decision(status=status, delete_pods=[p.name for p in sets.stale if not p.deleting],
+        decision = Decision(status=None, delete_pods=[p.name for p in sets.stale if not p.deleting],
                             conflicts=[p.name for p in sets.foreign])
         valid, refused = ValidJob.of(job.result), None
-        if valid is None and has_started(job, sets.ours):
+        if valid is None and has_started(found, job.generation, sets.ours):
             valid, refused = ValidJob.kept(job.result), job.result.summary() or "invalid GRPOJob"
-        return cls(job, now, policy, status, conditions, decision, sets, list(sets.current), status.get("phase"),
+        return cls(job, now, policy, status, found, decision, sets, list(sets.current), status.phase,
                    valid, gang_policy.for_job(valid.job if valid else None), refused)
 
     # -- the valid spec (every step after reject_invalid)
@@ -228,14 +235,14 @@ class Draft:
 
     @property
     def requeues(self) -> int:
-        return as_int(self.status.get("requeues"), 0)
+        return self.status.requeues
 
     def next_attempt(self, *, charged: bool) -> int:
         """Start the next attempt (status.restarts + 1); one not `charged` (the gang scheduler's doing) is also
         counted in status.requeues, and so not against runPolicy.backoffLimit. The pods are sorted again around it."""
-        attempt = self.status["restarts"] = self.pods.attempt + 1
+        attempt = self.status.restarts = self.pods.attempt + 1
         if not charged:
-            self.status["requeues"] = self.requeues + 1
+            self.status.requeues = self.requeues + 1
         kept = self.pods.ours + self.pods.stale + self.pods.foreign
         self.pods = PodSets.sort(self.job.uid, kept + ((self.pods.initializer,) if self.pods.initializer else ()),
                                  attempt)
@@ -262,8 +269,16 @@ class Draft:
         the trainers (server mode) does not count: its trainers are still to be created."""
         return any(p.started for p in self.pods.current if p.role == ROLE_TRAINER)
 
-    # -- writing
-    def set(self, ctype: str, status: str, reason: str, message: str, *, force_transition: bool = False) -> None:
+    # -- conditions
+    @property
+    def conditions(self) -> list[api.Condition]:
+        return self.status.conditions
+
+    def condition(self, ctype: str) -> Optional[api.Condition]:
+        return self.status.condition(ctype)
+
+    def set(self, ctype: str, status: api.ConditionStatus, reason: str, message: str, *,
+            force_transition: bool = False) -> None:
         set_condition(self.conditions, ctype, status, reason, message, self.now, self.job.generation,
                       force_transition=force_transition)
 
@@ -271,7 +286,7 @@ class Draft:
         clear_condition(self.conditions, ctype, reason, message, self.now, self.job.generation)
 
     def is_true(self, ctype: str) -> bool:
-        return is_true(self.conditions, ctype)
+        return self.status.is_true(ctype)
 
     def stop_initializer(self) -> None:
         """A job that ends or is suspended stops a download still running (it resumes where it stopped when the

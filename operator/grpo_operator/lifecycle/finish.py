@@ -11,17 +11,16 @@ from .. import api
 from ..api.status import ConditionType, Phase, Reason
 from . import gang
 from .create import refused_creates
-from .draft import Decision, Draft, JobEvent, Policy, clean_status
+from .draft import Decision, Draft, JobEvent, Policy
 from .pods import PodInfo
 
 
 def finish(draft: Draft) -> Decision:
-    """The status built by the steps as the API's model (api.GRPOJobStatus: the CRD's schema), dumped once."""
+    """The status the steps built (the API's model: the CRD's schema), dumped once."""
     refused_creates(draft)
-    typed = api.GRPOJobStatus.model_validate(clean_status(draft.status))
-    draft.decision.job_status = typed
-    draft.decision.status = dump_status(typed)
-    transition_events(draft.job.status, draft.decision.status, draft.decision)
+    draft.decision.job_status = draft.status
+    draft.decision.status = dump_status(draft.status)
+    transition_events(draft.found, draft.status, draft.decision)
     force_stuck(draft.pods.ours + draft.pods.stale, draft.now, draft.policy, draft.decision)
     return draft.decision
 
@@ -33,19 +32,17 @@ def dump_status(status: api.GRPOJobStatus) -> dict[str, Any]:
     return dumped
 
 
-def transition_events(old: Mapping[str, Any], new: Mapping[str, Any], decision: Decision) -> None:
-    old_phase, new_phase = old.get("phase"), new.get("phase")
-    if new_phase != old_phase and new_phase is not None:
-        kind = "Warning" if new_phase in (Phase.FAILED, Phase.REJECTED, Phase.RESTARTING) else "Normal"
-        decision.events.append(JobEvent(kind, str(new_phase), new.get("message") or str(new_phase)))
-    old_c = {c.get("type"): c for c in old.get("conditions") or []}
-    for c in new.get("conditions") or []:
-        o = old_c.get(c["type"])
-        if c["type"] == ConditionType.UNSCHEDULABLE and c["status"] == "True" and (o is None or o.get("status") != "True"):
-            decision.events.append(JobEvent("Warning", Reason.UNSCHEDULABLE, c.get("message", "")))
-        if c["type"] == ConditionType.CREATED and c["status"] == "False" and c.get("reason") == Reason.CHILD_CONFLICT and (
-                o is None or o.get("message") != c.get("message")):
-            decision.events.append(JobEvent("Warning", Reason.CHILD_CONFLICT, c.get("message", "")))
+def transition_events(old: api.GRPOJobStatus, new: api.GRPOJobStatus, decision: Decision) -> None:
+    if new.phase != old.phase and new.phase is not None:
+        kind = "Warning" if new.phase in (Phase.FAILED, Phase.REJECTED, Phase.RESTARTING) else "Normal"
+        decision.events.append(JobEvent(kind, str(new.phase), new.message or str(new.phase)))
+    for c in new.conditions:
+        o = old.condition(c.type)
+        if c.type == ConditionType.UNSCHEDULABLE and c.status == "True" and (o is None or o.status != "True"):
+            decision.events.append(JobEvent("Warning", Reason.UNSCHEDULABLE, c.message))
+        if c.type == ConditionType.CREATED and c.status == "False" and c.reason == Reason.CHILD_CONFLICT and (
+                o is None or o.message != c.message):
+            decision.events.append(JobEvent("Warning", Reason.CHILD_CONFLICT, c.message))
 
 
 def force_stuck(pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy, decision: Decision) -> None:

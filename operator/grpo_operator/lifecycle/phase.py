@@ -3,9 +3,10 @@ Unschedulable and Queued conditions."""
 
 from __future__ import annotations
 
+from .. import api
 from ..api.status import ConditionType, Phase, Reason
 from . import progress
-from .conditions import fmt_time, get_condition
+from .conditions import fmt_time
 from .draft import Draft, JobEvent
 from .pods import ROLE_TRAINER, PodInfo, PodPhase
 
@@ -20,9 +21,9 @@ def phase_from_pods(draft: Draft) -> bool:
     all_running = all_present and all(p.phase in (PodPhase.RUNNING, PodPhase.SUCCEEDED) and p.live for p in current)
     unschedulable, gated = scheduling(draft, current)
     if all_running:
-        draft.status["phase"] = Phase.RUNNING
-        draft.status["message"] = f"{nodes} node(s) running (attempt {attempt})"
-        draft.set(ConditionType.RUNNING, "True", Reason.ALL_NODES_RUNNING, draft.status["message"])
+        draft.status.phase = Phase.RUNNING
+        draft.status.message = f"{nodes} node(s) running (attempt {attempt})"
+        draft.set(ConditionType.RUNNING, "True", Reason.ALL_NODES_RUNNING, draft.status.message)
     else:
         _pending(draft, current, unschedulable, gated)
     if any(p.synthetic for p in current):
@@ -36,15 +37,16 @@ def succeeded(draft: Draft) -> bool:
     trainers = [p for p in current if p.role == ROLE_TRAINER]
     if not (len(trainers) >= nodes and all(p.phase == PodPhase.SUCCEEDED for p in trainers)):
         return False
-    status["phase"] = Phase.SUCCEEDED
-    status["completionTime"] = fmt_time(draft.now)
-    status["message"] = f"all {nodes} node(s) succeeded after {draft.pods.attempt} restart(s)"
+    status.phase = Phase.SUCCEEDED
+    status.completionTime = fmt_time(draft.now)
+    status.message = f"all {nodes} node(s) succeeded after {draft.pods.attempt} restart(s)"
+    previous = status.progress.model_dump(mode="json", exclude_none=True) if status.progress is not None else None
     for p in trainers:  # the rank-0 pod's final record: where training really ended
-        final = progress.from_result_message(p.message, status.get("progress"), draft.now.timestamp())
+        final = progress.from_result_message(p.message, previous, draft.now.timestamp())
         if final is not None:
-            status["progress"] = final
+            status.progress = api.parse_lenient(api.ProgressStatus, final)
             break
-    draft.set(ConditionType.SUCCEEDED, "True", Reason.ALL_NODES_SUCCEEDED, status["message"])
+    draft.set(ConditionType.SUCCEEDED, "True", Reason.ALL_NODES_SUCCEEDED, status.message)
     draft.clear(ConditionType.RUNNING, Reason.COMPLETED, "the job completed")
     draft.clear(ConditionType.QUEUED, Reason.COMPLETED, "the job completed")
     draft.clear(ConditionType.UNSCHEDULABLE, Reason.COMPLETED, "the job completed")
@@ -76,7 +78,7 @@ def scheduling(draft: Draft, current: list[PodInfo]) -> tuple[list[PodInfo], lis
 def _pending(draft: Draft, current: list[PodInfo], unschedulable: list[PodInfo], gated: list[str]) -> None:
     """Pending, and why: unschedulable, queued, or the kubelet's waiting reason (also the Running condition's)."""
     attempt = draft.pods.attempt
-    draft.status["phase"] = Phase.PENDING
+    draft.status.phase = Phase.PENDING
     waiting = [p for p in current if p.waiting]
     running = sum(1 for p in current if p.phase in (PodPhase.RUNNING, PodPhase.SUCCEEDED))
     message = f"{running}/{len(draft.expected)} pod(s) running (attempt {attempt})"
@@ -86,13 +88,13 @@ def _pending(draft: Draft, current: list[PodInfo], unschedulable: list[PodInfo],
         message += "; queued: waiting for Kueue to admit the pod group"
     elif waiting:
         message += f"; {waiting[0].name}: {waiting[0].waiting}"
-    draft.status["message"] = message
+    draft.status.message = message
     if waiting and not unschedulable:
         # The kubelet's own reason (ErrImagePull, ImagePullBackOff, ErrImageNeverPull, CreateContainerConfigError…)
         # as the Running condition's: a job whose image cannot be pulled says so, instead of an endless Pending.
         reason = (waiting[0].waiting or "").split(":", 1)[0].strip() or Reason.PODS_NOT_RUNNING
-        previous = get_condition(draft.conditions, ConditionType.RUNNING) or {}
-        if previous.get("reason") != reason:
+        previous = draft.condition(ConditionType.RUNNING)
+        if previous is None or previous.reason != reason:
             draft.decision.events.append(JobEvent("Warning", reason, message))
         draft.set(ConditionType.RUNNING, "False", reason, message)
     elif draft.is_true(ConditionType.RUNNING):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 
 from ..api.status import ConditionType, Phase, Reason
-from .conditions import get_condition, parse_time
+from .conditions import parse_time
 from .draft import Draft, backoff_seconds
 from .pods import ROLE_TRAINER, Failure, PodPhase, classify
 from .terminal import fail
@@ -14,7 +14,7 @@ from .terminal import fail
 
 def adopt_newest_attempt(draft: Draft) -> bool:
     """status.restarts is the current attempt, unless pods of a newer one prove a lost status write."""
-    draft.status["restarts"] = draft.pods.attempt
+    draft.status.restarts = draft.pods.attempt
     return False
 
 
@@ -68,19 +68,19 @@ def restart_for(draft: Draft, failures: list[Failure]) -> bool:
     status, limit = draft.status, draft.spec.runPolicy.backoffLimit
     permanent = [f for f in failures if not f.retryable]
     first = (permanent or failures)[0]
-    status["lastFailureReason"] = first.reason
+    status.lastFailureReason = first.reason
     if permanent:
         return fail(draft, first.reason, first.message)
-    charged = status["restarts"] - draft.requeues  # the scheduler's evictions are not the job's failures
+    charged = status.restarts - draft.requeues  # the scheduler's evictions are not the job's failures
     if charged >= limit:
         return fail(draft, Reason.BACKOFF_LIMIT_EXCEEDED,
                     f"{first.message}; runPolicy.backoffLimit={limit} restarts already used")
     draft.next_attempt(charged=True)
     charged += 1
-    status["phase"] = Phase.RESTARTING
+    status.phase = Phase.RESTARTING
     delay = backoff_seconds(charged, draft.policy)
-    status["message"] = f"gang restart {charged}/{limit} in {delay:g}s: {first.message}"
-    draft.set(ConditionType.RESTARTING, "True", first.reason, status["message"], force_transition=True)
+    status.message = f"gang restart {charged}/{limit} in {delay:g}s: {first.message}"
+    draft.set(ConditionType.RESTARTING, "True", first.reason, status.message, force_transition=True)
     draft.clear(ConditionType.RUNNING, first.reason, "restarting all nodes")
     draft.delete(draft.pods.ours)
     draft.decision.requeue(delay)
@@ -93,10 +93,10 @@ def requeue_after_eviction(draft: Draft, evicted: str) -> bool:
     to be admitted again; runPolicy.backoffLimit is not spent."""
     status = draft.status
     attempt = draft.next_attempt(charged=False)
-    status["phase"] = Phase.RESTARTING
-    status["message"] = (f"Kueue evicted the pods ({evicted}); attempt {attempt} waits for Kueue to admit the group "
+    status.phase = Phase.RESTARTING
+    status.message = (f"Kueue evicted the pods ({evicted}); attempt {attempt} waits for Kueue to admit the group "
                          "again (not counted against runPolicy.backoffLimit)")
-    draft.set(ConditionType.RESTARTING, "True", Reason.EVICTED_BY_KUEUE, status["message"], force_transition=True)
+    draft.set(ConditionType.RESTARTING, "True", Reason.EVICTED_BY_KUEUE, status.message, force_transition=True)
     draft.clear(ConditionType.RUNNING, Reason.EVICTED_BY_KUEUE, "Kueue evicted the pods")
     draft.delete(draft.pods.ours)
     return True
@@ -110,18 +110,18 @@ def wait_for_previous_attempt(draft: Draft) -> bool:
         draft.end_groups(ending)
         if not ready:
             if draft.phase is None:
-                draft.status["phase"] = Phase.PENDING
+                draft.status.phase = Phase.PENDING
             return True
     if not draft.is_true(ConditionType.RESTARTING) or draft.pods.current:
         return False
-    restarting = get_condition(draft.conditions, ConditionType.RESTARTING) or {}
-    if restarting.get("reason") == Reason.EVICTED_BY_KUEUE:
+    restarting = draft.condition(ConditionType.RESTARTING)
+    if restarting is not None and restarting.reason == Reason.EVICTED_BY_KUEUE:
         return False  # the scheduler's own queue is the wait
-    since = parse_time(restarting.get("lastTransitionTime"))
+    since = parse_time(restarting.lastTransitionTime if restarting is not None else None)
     charged = draft.pods.attempt - draft.requeues
     due = (since or draft.now) + _dt.timedelta(seconds=backoff_seconds(charged, draft.policy))
     if draft.now >= due:
         return False
-    draft.status["phase"] = Phase.RESTARTING
+    draft.status.phase = Phase.RESTARTING
     draft.decision.requeue((due - draft.now).total_seconds())
     return True

@@ -50,8 +50,8 @@ def _create_servers(draft: Draft, missing: list[str]) -> None:
         return  # note_conflicts said so (Created=False)
     draft.decision.create_attempt = attempt
     draft.decision.create_pods = missing
-    if draft.status.get("startTime") is None:
-        draft.status["startTime"] = fmt_time(draft.now)
+    if draft.status.startTime is None:
+        draft.status.startTime = fmt_time(draft.now)
         deadline = draft.spec.runPolicy.activeDeadlineSeconds
         if deadline is not None:
             draft.decision.requeue(deadline)
@@ -71,8 +71,8 @@ def _waiting(draft: Draft, d: so.ServerDecision) -> None:
         message += f"; unschedulable: {unschedulable[0].unschedulable}"
     elif waiting:
         message += f"; {waiting[0].name}: {waiting[0].waiting}"
-    draft.status["phase"] = Phase.PENDING
-    draft.status["message"] = message
+    draft.status.phase = Phase.PENDING
+    draft.status.message = message
     draft.set(ConditionType.RUNNING, "False", d.reason or so.WAITING_FOR_SERVER, message)
     if d.requeue_after is not None:
         draft.decision.requeue(d.requeue_after)

@@ -37,7 +37,7 @@ from .. import api
 from ..api.status import Phase
 from ..render import cache as render_cache
 from ..render import initializer as render_initializer
-from .conditions import fmt_time, get_condition, parse_time
+from .conditions import fmt_time, parse_time
 from .draft import Draft, JobEvent
 from .pods import PodInfo, PodPhase, classify
 from .terminal import fail
@@ -179,13 +179,13 @@ def stage(draft: Draft) -> bool:
     the job needs (Staged=True, kept in the status: a gang restart or a resume never stages again). Settles the pass
     while the download pod is created, runs, or waits for a retry; fails the job on a permanent download error."""
     status = draft.status
-    retries = as_retries(status.get("stagingRetries"))
-    condition = get_condition(draft.conditions, CONDITION)
+    retries = as_retries(status.stagingRetries)
+    condition = draft.condition(CONDITION)
     pod = draft.pods.initializer
     # a failed pod already counted (the condition says StagingRetry; a pass that does not see its delete yet) is
     # decided on the count before it
-    counted = (condition or {}).get("reason") == REASON_RETRY and pod is not None and not pod.deleting
-    d = decide_staging(draft.checked.job, pod, dict(condition) if condition else None, now=draft.now,
+    counted = condition is not None and condition.reason == REASON_RETRY and pod is not None and not pod.deleting
+    d = decide_staging(draft.checked.job, pod, condition.model_dump(exclude_none=True) if condition else None, now=draft.now,
                        retries=retries - 1 if counted and retries > 0 else retries, progress=draft.stage_progress)
     if d.event is not None:
         kind = "Normal" if d.action == Action.PROCEED else "Warning"
@@ -196,25 +196,25 @@ def stage(draft: Draft) -> bool:
         return False
     if d.action == Action.FAIL:
         draft.set(CONDITION, "False", d.reason, d.message)
-        status["lastFailureReason"] = d.reason
+        status.lastFailureReason = d.reason
         return fail(draft, d.reason, d.message)
     if d.action == Action.RETRY:
         # counted once per failed pod: a second pass that still sees it (its delete not yet in the watch) finds the
         # condition already at StagingRetry
         if not counted:
-            status["stagingRetries"] = retries + 1
+            status.stagingRetries = retries + 1
             draft.set(CONDITION, "False", REASON_RETRY, d.message, force_transition=True)
-        status["lastFailureReason"] = d.reason
+        status.lastFailureReason = d.reason
         draft.delete([pod] if pod is not None else [])
     elif d.action == Action.CREATE:
         draft.decision.create_attempt = draft.pods.attempt
         draft.decision.create_pods = [d.pod or render_initializer.pod_name(draft.job.name)]
-        if status.get("startTime") is None:  # the download counts towards runPolicy.activeDeadlineSeconds
-            status["startTime"] = fmt_time(draft.now)
+        if status.startTime is None:  # the download counts towards runPolicy.activeDeadlineSeconds
+            status.startTime = fmt_time(draft.now)
     if d.condition is not None and d.action != Action.RETRY:
         draft.set(CONDITION, "False", d.condition["reason"], d.condition["message"])
-    status["phase"] = Phase.PENDING
-    status["message"] = d.message or f"waiting for pod {render_initializer.pod_name(draft.job.name)}"
+    status.phase = Phase.PENDING
+    status.message = d.message or f"waiting for pod {render_initializer.pod_name(draft.job.name)}"
     if d.requeue_after is not None:
         draft.decision.requeue(d.requeue_after)
     return True

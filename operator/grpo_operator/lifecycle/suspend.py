@@ -12,9 +12,9 @@ def suspend(draft: Draft) -> bool:
         return False
     draft.delete(draft.pods.ours)
     draft.stop_initializer()
-    draft.status["phase"] = Phase.SUSPENDED
-    draft.status["message"] = "suspended: pods deleted; unsuspend to resume from the latest checkpoint"
-    draft.status["startTime"] = None
+    draft.status.phase = Phase.SUSPENDED
+    draft.status.message = "suspended: pods deleted; unsuspend to resume from the latest checkpoint"
+    draft.status.startTime = None
     draft.set(ConditionType.SUSPENDED, "True", Reason.SUSPENDED, "runPolicy.suspend is true")
     draft.clear(ConditionType.RUNNING, Reason.SUSPENDED, "the job is suspended")
     draft.clear(ConditionType.UNSCHEDULABLE, Reason.SUSPENDED, "the job is suspended")
@@ -29,8 +29,8 @@ def resume(draft: Draft) -> bool:
     if not (draft.is_true(ConditionType.SUSPENDED) or draft.phase == Phase.SUSPENDED):
         return False
     draft.set(ConditionType.SUSPENDED, "False", Reason.RESUMED, "runPolicy.suspend is false")
-    draft.phase = draft.status["phase"] = Phase.PENDING
-    draft.status["message"] = "resumed"
+    draft.phase = draft.status.phase = Phase.PENDING
+    draft.status.message = "resumed"
     if draft.gang.resume_starts_new_attempt():
         draft.next_attempt(charged=False)
         return False

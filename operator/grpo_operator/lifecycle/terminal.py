@@ -11,9 +11,9 @@ from .draft import Draft, JobEvent, active
 
 def fail(draft: Draft, reason: str, message: str) -> bool:
     """The job failed for good: Failed, what still runs deleted, the gang released, TTL from now."""
-    draft.status["phase"] = Phase.FAILED
-    draft.status["message"] = message
-    draft.status["completionTime"] = fmt_time(draft.now)
+    draft.status.phase = Phase.FAILED
+    draft.status.message = message
+    draft.status.completionTime = fmt_time(draft.now)
     draft.set(ConditionType.FAILED, "True", reason, message)
     draft.clear(ConditionType.RUNNING, reason, "the job failed")
     draft.clear(ConditionType.RESTARTING, reason, "the job failed")
@@ -38,9 +38,9 @@ def keep_terminal(draft: Draft) -> bool:
     ttl = draft.ttl_after_finished
     if ttl is not None:
         status, now = draft.status, draft.now
-        done = parse_time(status.get("completionTime")) or now
-        if status.get("completionTime") is None:
-            status["completionTime"] = fmt_time(now)
+        done = parse_time(status.completionTime) or now
+        if status.completionTime is None:
+            status.completionTime = fmt_time(now)
         due = done + _dt.timedelta(seconds=ttl)
         if now >= due:
             draft.decision.delete_job = True
@@ -54,7 +54,7 @@ def keep_terminal(draft: Draft) -> bool:
 def enforce_deadline(draft: Draft) -> bool:
     """runPolicy.activeDeadlineSeconds, counted from status.startTime."""
     deadline = draft.spec.runPolicy.activeDeadlineSeconds
-    start = parse_time(draft.status.get("startTime"))
+    start = parse_time(draft.status.startTime)
     if deadline is None or start is None:
         return False
     due = start + _dt.timedelta(seconds=deadline)

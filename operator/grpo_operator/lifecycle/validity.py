@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 
+from .. import api
 from ..api.status import TERMINAL, ConditionType, Phase, Reason
 from .conditions import fmt_time
 from .draft import Draft, JobEvent, active
 from .pods import ROLE_TRAINER, PodPhase
 
-BATCH_KEYS = ("worldSize", "nprocPerNode", "generationBatchSize", "stepsPerGeneration", "promptsPerGeneration")
+BATCH_KEYS = tuple(api.BatchStatus.model_fields)  # status.batch's keys
 _NODES = re.compile(r"^(\d+)x")  # status.topology: "2x8", "1x4cpu"
 
 
@@ -32,20 +33,20 @@ def reject_invalid(draft: Draft) -> bool:
         return keep_started(draft, draft.refused)
     if valid is None:
         message = draft.job.result.summary() or "invalid GRPOJob"
-        status["phase"] = Phase.REJECTED
-        status["message"] = f"invalid spec: {message}"
+        status.phase = Phase.REJECTED
+        status.message = f"invalid spec: {message}"
         draft.set(ConditionType.REJECTED, "True", Reason.INVALID_SPEC, message)
         draft.delete(active(draft.pods.ours))
         return True
     if draft.is_true(ConditionType.REJECTED):
         draft.set(ConditionType.REJECTED, "False", Reason.SPEC_VALID, "the spec is valid now")
-        if status.get("phase") == Phase.REJECTED:
-            status["phase"] = draft.phase = None
+        if status.phase == Phase.REJECTED:
+            status.phase = draft.phase = None
     if draft.is_true(ConditionType.SPEC_INVALID):
         draft.set(ConditionType.SPEC_INVALID, "False", Reason.SPEC_VALID, "the spec is valid now")
-    status["topology"] = valid.topology.display()
+    status.topology = valid.topology.display()
     if valid.batch:
-        status["batch"] = {k: valid.batch[k] for k in BATCH_KEYS if k in valid.batch}
+        status.batch = valid.batch
     return False
 
 
@@ -60,9 +61,10 @@ def keep_started(draft: Draft, refused: str) -> bool:
         draft.decision.events.append(JobEvent("Warning", ConditionType.SPEC_INVALID, message))
     draft.set(ConditionType.SPEC_INVALID, "True", Reason.INVALID_SPEC, message)
     if valid is not None:  # the values it started with win over today's (which the refused rule may not compute)
-        status.setdefault("topology", valid.topology.display())
-        if valid.batch and not status.get("batch"):
-            status["batch"] = {k: valid.batch[k] for k in BATCH_KEYS if k in valid.batch}
+        if status.topology is None:
+            status.topology = valid.topology.display()
+        if valid.batch and not status.batch:
+            status.batch = valid.batch
         return False
     if draft.phase in TERMINAL:
         return False
@@ -74,18 +76,18 @@ def hold_unrenderable(draft: Draft, refused: str) -> bool:
     the current attempt succeeded (as many as status.topology's nodes); otherwise the phase stays."""
     status = draft.status
     trainers = [p for p in draft.pods.current if p.role == ROLE_TRAINER]
-    found = _NODES.match(str(status.get("topology") or ""))
+    found = _NODES.match(status.topology or "")
     nodes = int(found.group(1)) if found else 1
     if len(trainers) >= nodes and all(p.phase == PodPhase.SUCCEEDED for p in trainers):
-        status["phase"] = Phase.SUCCEEDED
-        status["completionTime"] = fmt_time(draft.now)
-        status["message"] = f"all {len(trainers)} node(s) succeeded after {draft.pods.attempt} restart(s)"
-        draft.set(ConditionType.SUCCEEDED, "True", Reason.ALL_NODES_SUCCEEDED, status["message"])
+        status.phase = Phase.SUCCEEDED
+        status.completionTime = fmt_time(draft.now)
+        status.message = f"all {len(trainers)} node(s) succeeded after {draft.pods.attempt} restart(s)"
+        draft.set(ConditionType.SUCCEEDED, "True", Reason.ALL_NODES_SUCCEEDED, status.message)
         draft.clear(ConditionType.RUNNING, Reason.COMPLETED, "the job completed")
         draft.decision.delete_pods += [p.name for p in draft.pods.current if p.role != ROLE_TRAINER and p.live]
         ttl = draft.ttl_after_finished
         if ttl is not None:
             draft.decision.requeue(ttl)
         return True
-    status["message"] = f"no new pods until today's rules accept the spec; existing pods keep running: {refused}"
+    status.message = f"no new pods until today's rules accept the spec; existing pods keep running: {refused}"
     return True

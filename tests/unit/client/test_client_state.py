@@ -10,14 +10,17 @@ from typing import Any
 import pytest
 
 from grpo_operator.client import Job, NodePod, Progress
-from grpo_operator.client.types import phase_of
 from grpo_operator.render import manifests
 
 
 # ---------------------------------------------------------------------------------------------- phase
+def phase_of(b: Any, status: dict[str, Any]) -> str:
+    return Job.from_dict(b.job(status)).phase
+
+
 def test_a_job_without_status_is_unknown_not_created(b: Any) -> None:
     assert Job.from_dict(b.job()).phase == "Unknown"
-    assert phase_of({"conditions": []}) == "Unknown"
+    assert phase_of(b, {"conditions": []}) == "Unknown"
 
 
 @pytest.mark.parametrize("phase", ["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended",
@@ -37,15 +40,15 @@ def test_resumed_job_is_what_its_phase_says(b: Any) -> None:
                                       "conditions": [b.cond("Created"), b.cond("Suspended", "False", "Resumed")]}))
     assert pending.phase == "Pending"
     # no phase written (yet): the True condition decides; Suspended=False does not make it Suspended
-    assert phase_of({"conditions": [b.cond("Suspended", "False"), b.cond("Running")]}) == "Running"
-    assert phase_of({"conditions": [b.cond("Suspended", "False"), b.cond("Created")]}) == "Pending"
-    assert phase_of({"conditions": [b.cond("Suspended"), b.cond("Created")]}) == "Suspended"
+    assert phase_of(b, {"conditions": [b.cond("Suspended", "False"), b.cond("Running")]}) == "Running"
+    assert phase_of(b, {"conditions": [b.cond("Suspended", "False"), b.cond("Created")]}) == "Pending"
+    assert phase_of(b, {"conditions": [b.cond("Suspended"), b.cond("Created")]}) == "Suspended"
 
 
 def test_terminal_conditions_win_when_no_phase_is_written(b: Any) -> None:
-    assert phase_of({"conditions": [b.cond("Running"), b.cond("Failed")]}) == "Failed"
-    assert phase_of({"conditions": [b.cond("Created"), b.cond("Succeeded")]}) == "Succeeded"
-    assert phase_of({"phase": "bogus", "conditions": [b.cond("Restarting")]}) == "Restarting"
+    assert phase_of(b, {"conditions": [b.cond("Running"), b.cond("Failed")]}) == "Failed"
+    assert phase_of(b, {"conditions": [b.cond("Created"), b.cond("Succeeded")]}) == "Succeeded"
+    assert phase_of(b, {"phase": "bogus", "conditions": [b.cond("Restarting")]}) == "Restarting"
 
 
 def test_gated_pods_leave_the_job_pending_and_say_why(b: Any) -> None:
@@ -117,6 +120,21 @@ def test_progress_and_summary(b: Any) -> None:
     assert d["phase"] == "Running" and d["attempt"] == 2 and d["queue"] == "team-a" and "raw" not in d
     assert d["requeues"] == 1
     assert d["progress"] == {"step": 5, "max_steps": 20} and job.up_to_date
+
+
+def test_a_malformed_status_reads_as_the_operator_reads_it(b: Any) -> None:
+    """The client parses the status with the operator's models (api.parse_status): an invalid value is dropped, the
+    rest kept, never an exception."""
+    job = Job.from_dict(b.job({"phase": "Runing", "restarts": "two", "message": "m",
+                               "conditions": [b.cond("Running"), {"type": "Queued", "status": "Perhaps"}, "junk"],
+                               "progress": {"step": "x", "maxSteps": 20, "reward": 1, "later": True},
+                               "aNewerOperatorsField": 1}))
+    assert (job.phase, job.attempt, job.message) == ("Running", 0, "m")  # no valid phase: the True condition
+    assert [(x.type, x.status) for x in job.conditions] == [("Running", "True")] and job.condition("Queued") is None
+    assert job.progress is not None and (job.progress.step, job.progress.max_steps, job.progress.reward) == (
+        None, 20, 1.0)
+    assert job.progress.extra == {"later": True} and job.progress.fraction is None
+    assert Job.from_dict({"metadata": {"name": "x"}, "status": "junk"}).phase == "Unknown"
 
 
 def test_the_client_imports_neither_kopf_nor_torch() -> None:

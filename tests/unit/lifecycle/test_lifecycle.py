@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from grpo_operator import api
 from grpo_operator import lifecycle as lc
 from grpo_operator.render import manifests
 from grpo_operator.rules import validation
@@ -94,14 +95,15 @@ def test_backoff(restarts: int, expected: float) -> None:
 
 # --------------------------------------------------------------------------------------------- conditions
 def test_set_condition_keeps_transition_time_unless_status_changes() -> None:
-    conds: list[dict[str, Any]] = []
+    conds: list[api.Condition] = []
     lc.set_condition(conds, "Running", "True", "A", "a", T0, 1)
     later = T0 + dt.timedelta(minutes=5)
     lc.set_condition(conds, "Running", "True", "B", "b", later, 2)
-    assert conds == [{"type": "Running", "status": "True", "reason": "B", "message": "b",
-                      "lastTransitionTime": "2030-01-01T12:00:00Z", "observedGeneration": 2}]
+    assert [c.model_dump(exclude_unset=True) for c in conds] == [
+        {"type": "Running", "status": "True", "reason": "B", "message": "b",
+         "lastTransitionTime": "2030-01-01T12:00:00Z", "observedGeneration": 2}]
     lc.set_condition(conds, "Running", "False", "C", "c", later, 2)
-    assert conds[0]["lastTransitionTime"] == "2030-01-01T12:05:00Z"
+    assert conds[0].lastTransitionTime == "2030-01-01T12:05:00Z"
     lc.clear_condition(conds, "Missing", "X", "x", later, 2)
     assert len(conds) == 1
 

@@ -32,7 +32,8 @@ def draft(pods: list[lc.PodInfo] = (), status: Optional[dict[str, Any]] = None, 
 
 
 def cond(dr: d.Draft, ctype: str) -> Optional[dict[str, Any]]:
-    return lc.get_condition(dr.conditions, ctype)  # type: ignore[return-value]
+    c = dr.condition(ctype)
+    return c.model_dump() if c is not None else None
 
 
 # ------------------------------------------------------------------------------------------------ sorting
@@ -68,12 +69,12 @@ def test_begin_deletes_an_older_jobs_pods_and_records_conflicts() -> None:
 def test_reject_invalid(spec, status, settled, phase, rejected) -> None:
     dr = draft([pod(0)], status, **spec)
     assert d.reject_invalid(dr) is settled
-    assert dr.status.get("phase") == phase
+    assert dr.status.phase == phase
     c = cond(dr, ConditionType.REJECTED)
     assert (c["status"], c["reason"]) == rejected if rejected else c is None
     assert dr.decision.delete_pods == (["job-node-0"] if settled else [])
     if not settled:
-        assert dr.status["topology"] == "1x4" and dr.status["batch"]["worldSize"] == 4
+        assert dr.status.topology == "1x4" and dr.status.batch.worldSize == 4
 
 
 @pytest.mark.parametrize("phase, pods, ttl, completed, settled, deletes, delete_job, requeue", [
@@ -92,7 +93,7 @@ def test_keep_terminal(phase, pods, ttl, completed, settled, deletes, delete_job
 
 def test_adopt_newest_attempt() -> None:
     dr = draft([pod(0, attempt=3)], {"restarts": 1})
-    assert d.adopt_newest_attempt(dr) is False and dr.status["restarts"] == 3
+    assert d.adopt_newest_attempt(dr) is False and dr.status.restarts == 3
 
 
 @pytest.mark.parametrize("suspend_spec, status, pods, settled, phase, deletes", [
@@ -103,9 +104,9 @@ def test_adopt_newest_attempt() -> None:
 def test_suspend(suspend_spec, status, pods, settled, phase, deletes) -> None:
     dr = draft(pods, status, nodes=2, suspend=suspend_spec)
     assert d.suspend(dr) is settled
-    assert (dr.status.get("phase"), dr.decision.delete_pods) == (phase, deletes)
+    assert (dr.status.phase, dr.decision.delete_pods) == (phase, deletes)
     if settled:
-        assert dr.status["startTime"] is None and cond(dr, ConditionType.SUSPENDED)["status"] == "True"
+        assert dr.status.startTime is None and cond(dr, ConditionType.SUSPENDED)["status"] == "True"
 
 
 @pytest.mark.parametrize("status, pods, settled, phase", [
@@ -127,7 +128,7 @@ def test_resume(status, pods, settled, phase) -> None:
 def test_enforce_deadline(deadline, start, settled, phase, requeue) -> None:
     dr = draft([pod(0)], {"phase": "Running", **({"startTime": start} if start else {})}, deadline=deadline)
     assert d.enforce_deadline(dr) is settled
-    assert (dr.status["phase"], dr.decision.requeue_after) == (phase, requeue)
+    assert (dr.status.phase, dr.decision.requeue_after) == (phase, requeue)
     if settled:
         assert cond(dr, ConditionType.FAILED)["reason"] == Reason.DEADLINE_EXCEEDED
 
@@ -155,7 +156,7 @@ def test_delete_other_attempts_and_note_conflicts() -> None:
 def test_restart_or_fail(phase, pods, restarts, limit, settled, new_phase, reason, new_restarts) -> None:
     dr = draft(pods, {"phase": phase, "restarts": restarts}, nodes=2, backoff_limit=limit)
     assert d.restart_or_fail(dr) is settled
-    assert (dr.status["phase"], dr.status.get("lastFailureReason"), dr.status["restarts"]) == \
+    assert (dr.status.phase, dr.status.lastFailureReason, dr.status.restarts) == \
         (new_phase, reason, new_restarts)
     if new_phase == Phase.RESTARTING:
         assert dr.decision.requeue_after == 10.0 and set(dr.decision.delete_pods) == \
@@ -172,7 +173,7 @@ def test_wait_for_previous_attempt(pods, restarting_since, settled, phase, reque
     conds = [{"type": "Restarting", "status": "True", "lastTransitionTime": restarting_since}] if restarting_since else []
     dr = draft(pods, {"restarts": 1, "conditions": conds})
     assert d.wait_for_previous_attempt(dr) is settled
-    assert (dr.status.get("phase"), dr.decision.requeue_after) == (phase, requeue)
+    assert (dr.status.phase, dr.decision.requeue_after) == (phase, requeue)
 
 
 @pytest.mark.parametrize("pods, creates, created", [
@@ -189,7 +190,7 @@ def test_create_pods(pods, creates, created) -> None:
     assert ((c["status"], c["reason"]) if c else None) == created
     assert [p.name for p in dr.current if p.synthetic] == creates
     if creates:
-        assert dr.status["startTime"] == "2030-01-01T12:00:00Z"
+        assert dr.status.startTime == "2030-01-01T12:00:00Z"
 
 
 @pytest.mark.parametrize("pods, phase, running_cond", [
@@ -200,7 +201,7 @@ def test_create_pods(pods, creates, created) -> None:
 ])
 def test_phase_from_pods(pods, phase, running_cond) -> None:
     dr = draft(pods, {}, nodes=2)
-    assert d.phase_from_pods(dr) is True and dr.status["phase"] == phase
+    assert d.phase_from_pods(dr) is True and dr.status.phase == phase
     c = cond(dr, ConditionType.RUNNING)
     assert (c["status"] if c else None) == running_cond
     unschedulable = cond(dr, ConditionType.UNSCHEDULABLE)

@@ -11,6 +11,7 @@ import pytest
 from grpo_operator import lifecycle as lc
 from grpo_operator.api.status import ConditionType, Phase, Reason
 from grpo_operator.lifecycle import decision as d
+from grpo_operator.lifecycle.finish import dump_status
 from tests.support.jobs import job_body, pod_body
 
 T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -28,6 +29,11 @@ def run(pods: list[lc.PodInfo], status: Optional[dict[str, Any]] = None) -> d.Dr
     return dr
 
 
+def stored(dr: d.Draft) -> dict[str, Any]:
+    """The draft's status as written (what the next pass reads)."""
+    return dump_status(dr.status)
+
+
 @pytest.mark.parametrize("waiting, reason", [
     ("ErrImagePull", "ErrImagePull"),
     ("ImagePullBackOff", "ImagePullBackOff"),
@@ -37,24 +43,25 @@ def run(pods: list[lc.PodInfo], status: Optional[dict[str, Any]] = None) -> d.Dr
 ])
 def test_the_kubelets_reason_is_the_running_conditions(waiting: str, reason: str) -> None:
     dr = run([pod(0, "Running"), pod(1, waiting=waiting)])
-    assert dr.status["phase"] == Phase.PENDING
-    c = lc.get_condition(dr.conditions, ConditionType.RUNNING)
-    assert c is not None and c["status"] == "False" and c["reason"] == reason
-    assert "job-node-1" in c["message"] and reason in c["message"]
+    assert dr.status.phase == Phase.PENDING
+    c = dr.condition(ConditionType.RUNNING)
+    assert c is not None and c.status == "False" and c.reason == reason
+    assert "job-node-1" in c.message and reason in c.message
     assert [(e.type, e.reason) for e in dr.decision.events] == [("Warning", reason)]
 
 
 def test_one_event_per_new_reason_and_cleared_once_running() -> None:
     first = run([pod(0, waiting="ErrImagePull"), pod(1, waiting="ErrImagePull")])
-    same = run([pod(0, waiting="ErrImagePull"), pod(1)], status=first.status)
+    same = run([pod(0, waiting="ErrImagePull"), pod(1)], status=stored(first))
     assert same.decision.events == []                                   # no event storm while it stays
-    backoff = run([pod(0, waiting="ImagePullBackOff"), pod(1)], status=first.status)
+    backoff = run([pod(0, waiting="ImagePullBackOff"), pod(1)], status=stored(first))
     assert [e.reason for e in backoff.decision.events] == ["ImagePullBackOff"]
-    running = run([pod(0, "Running"), pod(1, "Running")], status=backoff.status)
-    c = lc.get_condition(running.conditions, ConditionType.RUNNING)
-    assert running.status["phase"] == Phase.RUNNING and c["status"] == "True" and c["reason"] == Reason.ALL_NODES_RUNNING
+    running = run([pod(0, "Running"), pod(1, "Running")], status=stored(backoff))
+    c = running.condition(ConditionType.RUNNING)
+    assert running.status.phase == Phase.RUNNING and c is not None and (c.status, c.reason) == (
+        "True", Reason.ALL_NODES_RUNNING)
 
 
 def test_pods_merely_being_created_set_no_condition() -> None:
     dr = run([pod(0), pod(1)])
-    assert lc.get_condition(dr.conditions, ConditionType.RUNNING) is None and dr.decision.events == []
+    assert dr.condition(ConditionType.RUNNING) is None and dr.decision.events == []
