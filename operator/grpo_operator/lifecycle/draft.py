@@ -16,6 +16,7 @@ from ..rules import topology, validation
 from . import gang_policy
 from .conditions import clear_condition, is_true, set_condition
 from .pods import ROLE_TRAINER, PodInfo, PodPhase, PodSets, as_int
+from .server_order import EngineProbe, ProbeVerdict
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Decision:
     # Workload, releases the quota and removes its finalizers once none of its pods runs)
     end_kueue_groups: list[str] = field(default_factory=list)
     job_status: Optional[api.GRPOJobStatus] = None  # the typed status (the API's own model)
+    probe_server: Optional[EngineProbe] = None  # server mode: run the engine probe on a kept server (server_keep.py)
 
     def requeue(self, seconds: float) -> None:
         seconds = max(seconds, 0.05)
@@ -83,6 +85,7 @@ class JobView:
     # spec.cache: the download pod's last GRPO_STAGE progress record, read by the controller (None: not read)
     stage_progress: Optional[dict[str, Any]] = None
     spec_doc: Any = None  # the stored spec as sent: read where today's models cannot parse it (the TTL)
+    engine_probe: Optional[ProbeVerdict] = None  # server mode: the controller's last engine probe of a kept server
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], result: Optional[validation.ValidationResult] = None) -> JobView:
@@ -143,6 +146,12 @@ def has_started(job: JobView, ours: Iterable[PodInfo]) -> bool:
                 or is_true(conditions, ConditionType.CREATED) or any(True for _ in ours))
 
 
+def server_attempt(status: Mapping[str, Any]) -> Optional[int]:
+    """status.vllmServerAttempt: the attempt whose vLLM server is kept (None: the current attempt's own)."""
+    value = status.get("vllmServerAttempt")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def clean_status(status: dict[str, Any]) -> dict[str, Any]:
     """Drop None values (the API server would drop them too, and we must compare like with like); phases and
     reasons as plain strings."""
@@ -179,7 +188,7 @@ class Draft:
         status["conditions"] = conditions
         status["observedGeneration"] = job.generation
         status["restarts"] = as_int(job.status.get("restarts"), 0)
-        sets = PodSets.sort(job.uid, pods, status["restarts"])
+        sets = PodSets.sort(job.uid, pods, status["restarts"], server_attempt(status))
         # an older GRPOJob of the same name (its GC pending) → delete; anything else is a conflict, never touched
         decision = Decision(status=status, delete_pods=[p.name for p in sets.stale if not p.deleting],
                             conflicts=[p.name for p in sets.foreign])
@@ -235,7 +244,7 @@ class Draft:
             self.status["requeues"] = self.requeues + 1
         kept = self.pods.ours + self.pods.stale + self.pods.foreign
         self.pods = PodSets.sort(self.job.uid, kept + ((self.pods.initializer,) if self.pods.initializer else ()),
-                                 attempt)
+                                 attempt, server_attempt(self.status))
         self.current = list(self.pods.current)
         return attempt
 
