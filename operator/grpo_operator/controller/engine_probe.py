@@ -57,8 +57,11 @@ class EngineProbes:
     def verdict(self, key: Key) -> Optional[ProbeVerdict]:
         return self._verdicts.get(key)
 
-    def request(self, key: Key, probe: EngineProbe) -> None:
-        """Start the probe unless its verdict is known or it already runs (decide() asks on every pass)."""
+    def request(self, key: Key, probe: Optional[EngineProbe]) -> None:
+        """Start the probe unless its verdict is known or it already runs (decide() asks on every pass; None: no
+        probe asked for)."""
+        if probe is None:
+            return
         target = (probe.uid, probe.attempt)
         known = self._verdicts.get(key)
         if known is not None and (known.uid, known.attempt) == target:

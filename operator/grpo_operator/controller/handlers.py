@@ -242,8 +242,7 @@ class Controller:
         view.engine_probe = self.probes.verdict(key)
         pods = self.observed_pods(key, uid)
         dec = lifecycle.decide(view, pods, lifecycle.now_utc(), self.config.policy)
-        if dec.probe_server is not None:  # a read, not a write: no status needed first
-            self.probes.request(key, dec.probe_server)
+        self.probes.request(key, dec.probe_server)  # a kept vLLM server's engine probe (a read: no status first)
         k = self.kube
         # Status first when the decision deletes anything: a gang restart must never run on an unrecorded decision.
         # Creations carry their attempt in the pods themselves, so they may go alongside the status write.
