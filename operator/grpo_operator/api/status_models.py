@@ -61,6 +61,9 @@ class GRPOJobStatus(BaseModel):
     stagingRetries: int = Field(
         default=0, description="spec.cache: download pods that failed with a retryable error and were replaced "
         "(bounded by runPolicy.backoffLimit; docs/cache.md).")
+    vllmServerAttempt: Optional[int] = Field(
+        default=None, description="Server mode: the attempt that created the vLLM server pod the current attempt's "
+        "trainers use, while that server is kept across trainer restarts (absent: the current attempt's own).")
     lastFailureReason: Optional[str] = Field(default=None, description="Why the last pod failure happened.")
     topology: Optional[str] = Field(default=None, description="nodes×GPUs, for the NODES×GPUS column.")
     startTime: Optional[str] = Field(default=None, description="When the pods were first created.")

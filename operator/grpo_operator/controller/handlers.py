@@ -41,6 +41,7 @@ from ..render import manifests
 from ..rules import validation
 from . import events, ha, kube, podwatch, refused, registration, webhookconfig
 from . import metrics as opmetrics
+from .engine_probe import EngineProbes
 from .expectations import Expectations
 from .ratelimit import RateLimiter
 from .scraper import ProgressScraper
@@ -134,6 +135,7 @@ class Controller:
         self.progress = ProgressScraper(config.progress_interval, self.jobs, self._endpoints, self.kick,
                                         self.kick_later)
         self.events = events.EventRecorder(self._send_event)
+        self.probes = EngineProbes(self.kick)  # server mode: a kept vLLM server's engine probe
         self.deletes = RateLimiter(DELETE_RESEND_SECONDS)
         self.force_deletes = RateLimiter(FORCE_DELETE_RESEND_SECONDS)
         self.group_ends = RateLimiter(END_KUEUE_GROUP_RESEND_SECONDS)
@@ -165,6 +167,7 @@ class Controller:
         self.expectations.forget(key)
         self.progress.forget(key)
         self.refused_creates.pop(key, None)
+        self.probes.forget(key)
 
     def ensure_background(self) -> None:
         self.queue.start_resync()
@@ -179,6 +182,7 @@ class Controller:
         """Stop everything this controller started and close its connections (kopf's cleanup calls it)."""
         self.queue.close()
         await self.progress.close()
+        await self.probes.close()
         if self.pods is not None:
             await self.pods.close()
         await self.events.close()
@@ -238,8 +242,10 @@ class Controller:
         res = self._validate(key, body)
         view = lifecycle.JobView.from_body(body, res)
         view.create_refused = self.refused_creates.get(key)
+        view.engine_probe = self.probes.verdict(key)
         pods = self.observed_pods(key, uid)
         dec = lifecycle.decide(view, pods, lifecycle.now_utc(), self.config.policy)
+        self.probes.request(key, dec.probe_server)  # a kept vLLM server's engine probe (a read: no status first)
         k = self.kube
         # Status first when the decision deletes anything: a gang restart must never run on an unrecorded decision.
         # Creations carry their attempt in the pods themselves, so they may go alongside the status write.

@@ -16,6 +16,7 @@ from ..rules import topology, validation
 from . import gang_policy
 from .conditions import clear_condition, set_condition
 from .pods import ROLE_TRAINER, PodInfo, PodPhase, PodSets
+from .server_order import EngineProbe, ProbeVerdict
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Decision:
     # Workload, releases the quota and removes its finalizers once none of its pods runs)
     end_kueue_groups: list[str] = field(default_factory=list)
     job_status: Optional[api.GRPOJobStatus] = None  # the typed status (the API's own model)
+    probe_server: Optional[EngineProbe] = None  # server mode: run the engine probe on a kept server (server_keep.py)
 
     def requeue(self, seconds: float) -> None:
         seconds = max(seconds, 0.05)
@@ -86,6 +88,7 @@ class JobView:
     # the API server's refusal of this job's last create (the controller's record: controller/refused.py); None:
     # none known (after an operator restart the next refused try records it again)
     create_refused: Optional[str] = None
+    engine_probe: Optional[ProbeVerdict] = None  # server mode: the controller's last engine probe of a kept server
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], result: Optional[validation.ValidationResult] = None) -> JobView:
@@ -150,6 +153,11 @@ def has_started(status: api.GRPOJobStatus, generation: Optional[int], ours: Iter
                 or status.is_true(ConditionType.CREATED) or any(True for _ in ours))
 
 
+def server_attempt(status: api.GRPOJobStatus) -> Optional[int]:
+    """status.vllmServerAttempt: the attempt whose vLLM server is kept (None: the current attempt's own)."""
+    return status.vllmServerAttempt
+
+
 def clean_status(status: dict[str, Any]) -> dict[str, Any]:
     """Drop None values (the API server would drop them too, and we must compare like with like); phases and
     reasons as plain strings."""
@@ -189,7 +197,7 @@ class Draft:
         status.conditions = [c for c in status.conditions if c.type]
         status.observedGeneration = job.generation
         status.restarts = found.restarts
-        sets = PodSets.sort(job.uid, pods, status.restarts)
+        sets = PodSets.sort(job.uid, pods, status.restarts, server_attempt(status))
         # an older GRPOJob of the same name (its GC pending) → delete; anything else is a conflict, never touched
         decision = Decision(status=None, delete_pods=[p.name for p in sets.stale if not p.deleting],
                             conflicts=[p.name for p in sets.foreign])
@@ -245,7 +253,7 @@ class Draft:
             self.status.requeues = self.requeues + 1
         kept = self.pods.ours + self.pods.stale + self.pods.foreign
         self.pods = PodSets.sort(self.job.uid, kept + ((self.pods.initializer,) if self.pods.initializer else ()),
-                                 attempt)
+                                 attempt, server_attempt(self.status))
         self.current = list(self.pods.current)
         return attempt
 

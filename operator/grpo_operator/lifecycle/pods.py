@@ -62,6 +62,7 @@ class PodInfo:
     synthetic: bool = False  # created by us a moment ago, not yet seen in the watch
     ready: bool = False  # the Ready condition (a vLLM server's /health readiness probe passes)
     start_time: Optional[_dt.datetime] = None  # status.startTime: the kubelet accepted the pod
+    ip: Optional[str] = None  # status.podIP (a kept vLLM server's engine probe dials it)
     gang: GangFacts = GangFacts()  # what Kueue's gate, group, retriable flag and TerminationTarget say (gang.py)
 
     @property
@@ -138,6 +139,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
         waiting=waiting,
         ready=ready,
         start_time=parse_time(status.get("startTime")),
+        ip=status.get("podIP") or None,
         gang=gang_facts(body),
     )
 
@@ -206,6 +208,9 @@ class PodSets:
     foreign        owned by something else: a conflict, never touched
     initializer    ours, the spec.cache download pod (one per job, not per attempt): kept out of the attempts, so it
                    is never counted, restarted or replaced as a trainer (lifecycle/staging.py owns it)
+
+    A vLLM server kept across trainer restarts (status.vllmServerAttempt, lifecycle/server_keep.py) keeps the attempt
+    that created it: it is current while its attempt is the recorded server attempt, else of another attempt.
     """
 
     attempt: int  # the current attempt: status.restarts, or newer when pods prove it (a lost status write)
@@ -217,7 +222,8 @@ class PodSets:
     initializer: Optional[PodInfo] = None
 
     @classmethod
-    def sort(cls, job_uid: str, pods: Iterable[PodInfo], recorded_attempt: int) -> PodSets:
+    def sort(cls, job_uid: str, pods: Iterable[PodInfo], recorded_attempt: int,
+             server_attempt: Optional[int] = None) -> PodSets:
         ours, stale, foreign = [], [], []
         initializer: Optional[PodInfo] = None
         for p in pods:
@@ -230,7 +236,14 @@ class PodSets:
             else:
                 foreign.append(p)
         attempt = max([recorded_attempt] + [p.attempt for p in ours])
+        kept = server_attempt if server_attempt is not None and server_attempt < attempt else attempt
+        if not any(p.role == ROLE_VLLM and p.attempt == kept for p in ours):
+            kept = attempt  # the kept server is gone: the current attempt's own server is the one
+
+        def current(p: PodInfo) -> bool:
+            return p.attempt == (kept if p.role == ROLE_VLLM else attempt)
+
         return cls(attempt=attempt,
-                   current=tuple(p for p in ours if p.attempt == attempt),
-                   other_attempt=tuple(p for p in ours if p.attempt < attempt),
+                   current=tuple(p for p in ours if current(p)),
+                   other_attempt=tuple(p for p in ours if not current(p)),
                    stale=tuple(stale), foreign=tuple(foreign), ours=tuple(ours), initializer=initializer)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 
 from ..api.status import ConditionType, Phase, Reason
+from . import server_keep
 from .conditions import parse_time
 from .draft import Draft, backoff_seconds
 from .pods import ROLE_TRAINER, Failure, PodPhase, classify
@@ -64,7 +65,8 @@ def restart_or_fail(draft: Draft) -> bool:
 
 def restart_for(draft: Draft, failures: list[Failure]) -> bool:
     """These failures of the current attempt: Failed (a permanent one, or runPolicy.backoffLimit used up), else a
-    gang restart of every pod after a backoff (lifecycle/server_wait.py's start-up deadline comes here too)."""
+    gang restart of every pod after a backoff (lifecycle/server_wait.py's start-up deadline comes here too); in
+    server mode a healthy vLLM server is kept and only the trainers restart (lifecycle/server_keep.py)."""
     status, limit = draft.status, draft.spec.runPolicy.backoffLimit
     permanent = [f for f in failures if not f.retryable]
     first = (permanent or failures)[0]
@@ -75,14 +77,15 @@ def restart_for(draft: Draft, failures: list[Failure]) -> bool:
     if charged >= limit:
         return fail(draft, Reason.BACKOFF_LIMIT_EXCEEDED,
                     f"{first.message}; runPolicy.backoffLimit={limit} restarts already used")
+    keep, server_note = server_keep.restart_keeping(draft)  # server mode: a healthy vLLM server is kept
     draft.next_attempt(charged=True)
     charged += 1
     status.phase = Phase.RESTARTING
     delay = backoff_seconds(charged, draft.policy)
-    status.message = f"gang restart {charged}/{limit} in {delay:g}s: {first.message}"
+    status.message = f"gang restart {charged}/{limit} in {delay:g}s: {first.message}{server_note}"
     draft.set(ConditionType.RESTARTING, "True", first.reason, status.message, force_transition=True)
-    draft.clear(ConditionType.RUNNING, first.reason, "restarting all nodes")
-    draft.delete(draft.pods.ours)
+    draft.clear(ConditionType.RUNNING, first.reason, "restarting the trainers" if keep else "restarting all nodes")
+    draft.delete(draft.pods.other_attempt if keep else draft.pods.ours)
     draft.decision.requeue(delay)
     return True
 
@@ -112,7 +115,8 @@ def wait_for_previous_attempt(draft: Draft) -> bool:
             if draft.phase is None:
                 draft.status.phase = Phase.PENDING
             return True
-    if not draft.is_true(ConditionType.RESTARTING) or draft.pods.current:
+    # the next attempt began once a pod of its own exists (a vLLM server kept from an earlier attempt is not one)
+    if not draft.is_true(ConditionType.RESTARTING) or any(p.attempt == draft.pods.attempt for p in draft.pods.current):
         return False
     restarting = draft.condition(ConditionType.RESTARTING)
     if restarting is not None and restarting.reason == Reason.EVICTED_BY_KUEUE:

@@ -98,6 +98,33 @@ class SyncEvidence:
     progressed: bool = False  # the failed trainer group completed at least one optimizer step
 
 
+# How long the controller waits for the engine probe's 1-token generation: a loaded engine answers in well under a
+# second; workers blocked in an NCCL receive never answer.
+ENGINE_PROBE_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class EngineProbe:
+    """A request to the controller: run a 1-token generation against this kept server pod (its OpenAI API at `url`:
+    GET /v1/models, then POST /v1/completions with max_tokens 1, as TRL's client generates) within `timeout`."""
+
+    pod: str
+    uid: str
+    attempt: int  # the attempt whose trainers would use the server: a verdict counts for this attempt only
+    url: str
+    timeout: float = ENGINE_PROBE_TIMEOUT
+
+
+@dataclass(frozen=True)
+class ProbeVerdict:
+    """What the engine probe found (the controller's answer to an EngineProbe)."""
+
+    uid: str
+    attempt: int
+    ok: bool
+    detail: str = ""
+
+
 @dataclass(frozen=True)
 class ServerDecision:
     action: str

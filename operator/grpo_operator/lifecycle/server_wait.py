@@ -7,14 +7,18 @@ Placed after wait_for_previous_attempt (the attempt may start) and before create
 once this step lets the pass through). While it waits it settles the pass: status Pending, the Running condition
 False with reason WaitingForVllmServer, a timer for the deadline.
 
+A server kept across a trainer restart (lifecycle/server_keep.py) passes its engine probe here before the next
+attempt's trainers are created.
+
 Not wired (docs/operator.md "vLLM server mode"): under Kueue a server-mode job keeps the old all-at-once creation
-(its pod group counts the server with the trainers, and Kueue gates the group until every pod exists); a trainer's
-retryable failure still restarts the server too (server_order's RESTART_TRAINERS is not acted on)."""
+(its pod group counts the server with the trainers, and Kueue gates the group until every pod exists), and a
+trainer's retryable failure restarts the server too."""
 
 from __future__ import annotations
 
 from ..api.status import ConditionType, Phase, Reason
 from ..render import podgroup
+from . import server_keep
 from . import server_order as so
 from .conditions import fmt_time
 from .draft import Draft
@@ -31,6 +35,8 @@ def server_first(draft: Draft) -> bool:
     current = draft.pods.current
     if any(p.role == ROLE_TRAINER for p in draft.current):  # the trainers exist: decide()'s usual rules
         return False
+    if server_keep.verify_kept(draft, [p for p in current if p.role == ROLE_VLLM]):
+        return True  # a server kept from an earlier attempt: its engine probe first (or its replacement)
     server_names = draft.expected[draft.nodes:]  # pod_names(): the trainers by rank, then the server's
     servers = [so.server_of(p) for p in current if p.role == ROLE_VLLM]
     d = so.plan(job, servers, [], draft.now, expected_servers=len(server_names))

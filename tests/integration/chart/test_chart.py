@@ -446,8 +446,15 @@ def test_network_policy_admits_job_pods_the_operator_and_named_scrapers() -> Non
     assert not by_kind(render(VALUE_SETS["namespaced"]), "NetworkPolicy")  # off by default
     prom = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     docs = render({**VALUE_SETS["namespaced"], "networkPolicy": {"enabled": True, "metricsFrom": [prom]}})
-    pols = by_kind(docs, "NetworkPolicy")
+    pols = [p for p in by_kind(docs, "NetworkPolicy") if p["metadata"]["name"].endswith("-jobs")]
     assert sorted(p["metadata"]["namespace"] for p in pols) == ["team-a", "team-b"]
+    # the operator reaches a kept vLLM server for its engine probe (any port: spec.vllm.server.port is per job)
+    probes = [p for p in by_kind(docs, "NetworkPolicy") if p["metadata"]["name"].endswith("-vllm-probe")]
+    assert sorted(p["metadata"]["namespace"] for p in probes) == ["team-a", "team-b"]
+    probe = probes[0]["spec"]
+    assert probe["podSelector"] == {"matchLabels": {"grpo.dev/role": "vllm-server"}} and "ports" not in probe["ingress"][0]
+    assert probe["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": NAMESPACE}
     spec = pols[0]["spec"]
     job_pods = {"matchExpressions": [{"key": "grpo.dev/job-name", "operator": "Exists"}]}
     assert spec["podSelector"] == job_pods and spec["policyTypes"] == ["Ingress"]

@@ -208,12 +208,12 @@ def test_vllm_server_mode_gang_restart(operator_process, kubectl, k8s_namespace)
     assert k.exists("service", "srv-vllm", "-n", ns)
     pod_running(k, ns, "srv-node-0")
     wait_job(k, ns, "srv", lambda s: s.get("phase") == "Running")
-    pod_exit(k, ns, "srv-node-0", 143)  # restarts the server too (keeping it is not wired: docs/operator.md)
-    assert [p["metadata"]["name"] for p in wait_pods(k, ns, "srv", 1, attempt=1)] == ["srv-vllm-0"]
-    pod_running(k, ns, "srv-vllm-0")
-    new = wait_pods(k, ns, "srv", 2, attempt=1)
-    time.sleep(2)  # stays at attempt 1: no delete/recreate loop of the server pod
-    assert {p["metadata"]["uid"] for p in pods_of(k, ns, "srv")} == {p["metadata"]["uid"] for p in new}
+    server_uid = next(p["metadata"]["uid"] for p in pods if p["metadata"]["name"] == "srv-vllm-0")
+    pod_exit(k, ns, "srv-node-0", 143)  # the trainer restarts; the Ready server is kept (test_operator_server.py)
+    st = wait_job(k, ns, "srv", lambda s: "checking the kept vLLM server" in (s.get("message") or ""))["status"]
+    assert st["restarts"] == 1 and st["vllmServerAttempt"] == 0
+    time.sleep(2)  # no pod IP here, so no engine probe: the kept server stays, no trainer is created meanwhile
+    assert [(p["metadata"]["name"], p["metadata"]["uid"]) for p in pods_of(k, ns, "srv")] == [("srv-vllm-0", server_uid)]
     assert get_job(k, ns, "srv")["status"]["restarts"] == 1
 
 
