@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Literal, Optional
 
+from ..api import trl_fields
+
 Variant = Literal["cpu", "cuda"]
 VARIANTS: tuple[Variant, ...] = ("cpu", "cuda")
 
@@ -34,7 +36,7 @@ MODULES: dict[str, Optional[str]] = {
     "codecarbon": "codecarbon", "azureml-core": "azureml.core", "dagshub": "dagshub", "flytekit": "flytekit",
     "triton": "triton",
     # not pip packages of these images: nothing installs them
-    "kubeflow-trainer": None, "torch-vendor-build": None,
+    "a Kubeflow TrainJob": None, "a vendor build of torch": None,
 }
 
 # What each image installs of MODULES (trainer_image/requirements*.txt and their dependencies; docs/images.md).
@@ -122,14 +124,15 @@ TABLE: tuple[Need, ...] = (
     Need("training.ddpBackend", ("nccl",), gpu=True, why="NCCL needs GPUs", fix="remove it (gloo on CPU)"),
     Need("training.ddpBackend", ("ccl",), ("oneccl-bind-pt",), why="oneCCL's torch bindings are not on PyPI",
          fix="remove it (gloo on CPU, nccl on GPU)"),
-    Need("training.ddpBackend", ("hccl", "cncl", "mccl", "xccl", "mpi"), ("torch-vendor-build",),
+    Need("training.ddpBackend", ("hccl", "cncl", "mccl", "xccl", "mpi"), ("a vendor build of torch",),
          why="Ascend/Cambricon/Moore Threads/XPU/MPI builds of torch are not in the images", fix="remove it"),
     *(Need("training.optim", globs, pkgs, why="transformers stops when it builds the optimizer, after the model load",
+           sample=next(c for c in trl_fields.by_camel()["optim"].choices or () if any(fnmatchcase(c, g) for g in globs)),
            fix="use adamw_torch_fused (the default) or adamw_torch") for globs, pkgs in _OPTIMIZERS.items()),
     *(Need("training.reportTo", (name,), pkgs, why="TRL stops at start, after the model load",
            fix="remove it (the trainer's progress lines and /metrics need nothing)")
       for name, pkgs in _TRACKERS.items()),
-    Need("training.reportTo", ("kubeflow",), ("kubeflow-trainer",),
+    Need("training.reportTo", ("kubeflow",), ("a Kubeflow TrainJob",),
          why="the Kubeflow callback needs a Kubeflow TrainJob's KUBEFLOW_TRAINER_SERVER_URL", fix="remove it"),
     Need("training.logCompletions", packages=("rich", "pandas"), why="prints and saves sample completions"),
     Need("training.pushToHub", packages=("huggingface-hub",), why="needs Hub egress and a token: set "
