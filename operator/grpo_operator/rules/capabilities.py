@@ -179,6 +179,9 @@ def _problem(need: Need, shown: str, variant: Variant, image: Optional[str]) -> 
     if need.gpu and variant == "cpu":
         return Problem(where, f"{what}needs a GPU: {need.why}; {need.fix or _GPU}", not need.cpu_warns)
     missing = ", ".join(p for p in need.packages if p not in IMAGE_PACKAGES[variant])
+    if not any(MODULES[p] for p in need.packages):  # nothing to install: no GRPOJob pod has it
+        return Problem(where, f"{what}is not available in a GRPOJob pod: it needs {missing} ({need.why}); {need.fix}",
+                       True)
     if not own_image(image):
         return Problem(where, f"{what}needs {missing}: the image in spec.image must install it ({need.why})", False)
     if all(p in PLANNED[variant] for p in need.packages if p not in IMAGE_PACKAGES[variant]):

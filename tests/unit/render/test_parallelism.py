@@ -122,3 +122,20 @@ def test_grpoconfig_needs_deepspeed_for_zero3(tmp_path: Any) -> None:
 
     with pytest.raises(Exception, match="deepspeed"):
         GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", deepspeed=render.zero3_config())
+
+
+def test_the_trainer_passes_the_rendered_fsdp_arguments_to_grpoconfig(tmp_path: Any) -> None:
+    """The whole path CPU can take: spec → rendered config → the trainer's parse and grpo_kwargs (its type checks)
+    → GRPOConfig. cuda=True as in a GPU pod (use_cpu stays off); GRPOConfig builds without touching a device."""
+    from trl import GRPOConfig
+
+    from grpo_trainer import config as tconfig
+
+    res = validation.validate(_job({"strategy": "fsdp"}))
+    assert res.job is not None
+    cfg = manifests.trainer_config(res.job, "ns", output_dir=str(tmp_path))
+    kw = tconfig.grpo_kwargs(tconfig.parse(cfg), cuda=True, vllm_importable=False, warn=lambda _: None)
+    assert kw["fsdp"] == "full_shard auto_wrap" and "use_cpu" not in kw
+    # no GPU here to place it on; one process here, 16 in the pods: the batch fits the world size TRL sees
+    config = GRPOConfig(**{**kw, "use_cpu": True, "report_to": "none", "per_device_train_batch_size": 8})
+    assert config.fsdp_config["version"] == 2
