@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Proves vLLM's two modes on a CUDA machine in under 8 minutes, offline, and prints steps/s and tokens/s:
+# Proves vLLM's two modes, LoRA and sharded training on a CUDA machine in about 10 minutes, offline, and prints steps/s and tokens/s:
 #   1. colocate: `python -m grpo_trainer` (the pod's entrypoint) with vllm.mode colocate on GPU 0: vLLM generates and
 #      TRL's weight sync lands (vLLM's logprobs keep tracking the trained model at a learning rate that moves it);
 #   2. server: the vLLM server argv the operator renders (`grpojob render`), started on the last GPU, healthy on
 #      /health; the trainer in server mode pointed at it: TRL's NCCL weight sync into the server, training to the end;
-#   3-4. the same with LoRA (spec.peft): the merged weights reach vLLM colocate and the server, the adapter is saved.
+#   3-4. the same with LoRA (spec.peft): the merged weights reach vLLM colocate and the server, the adapter is saved;
+#   5-6. spec.parallelism zero3 and fsdp: the DeepSpeed / FSDP arguments the operator renders (render/parallelism.py),
+#      accepted by GRPOConfig and trained under torchrun on up to 2 GPUs with vLLM colocated (ZeRO-3: the gathered
+#      weights reach vLLM, a full model is saved). ZeRO-3 needs deepspeed in this Python (the CUDA lock must ship it).
 # The model is examples/local-tiny (built offline by build_assets.py) unless GPU_CHECK_MODEL names another path.
 # Needs a Python with the CUDA lock installed (trainer_image/requirements-cuda.txt + this project):
 #   PYTHON=/opt/venv/bin/python bash scripts/gpu-check.sh      # e.g. inside the CUDA trainer image
@@ -83,14 +86,14 @@ PY
 }
 
 t0=$SECONDS
-echo "gpu-check: 1/4 colocate on GPU 0"
+echo "gpu-check: 1/6 colocate on GPU 0"
 config colocate "$WORK/colocate" > "$WORK/colocate.json"
 CUDA_VISIBLE_DEVICES=0 timeout 240 "$PY" -m grpo_trainer --config "$WORK/colocate.json" > "$WORK/colocate.log" 2>&1 \
   || { tail -30 "$WORK/colocate.log"; echo "gpu-check: colocate FAILED"; exit 1; }
 grep -q "generating with vLLM, colocate mode, on GPU" "$WORK/colocate.log" || { echo "gpu-check: colocate did not use vLLM"; exit 1; }
 report colocate "$WORK/colocate.log"
 
-echo "gpu-check: 2/4 server mode: vLLM server on GPU $SERVER_GPU, trainer on GPU 0"
+echo "gpu-check: 2/6 server mode: vLLM server on GPU $SERVER_GPU, trainer on GPU 0"
 PORT=$("$PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 cat > "$WORK/job.yaml" <<EOF
 apiVersion: grpo.dev/v1alpha1
@@ -150,15 +153,42 @@ with_lora() {
   "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["outputDir"] += "-lora"
 d["peft"] = {"r": 8, "alpha": 16, "dropout": 0.0, "targetModules": "all-linear"}; print(json.dumps(d))' "$1"
 }
-echo "gpu-check: 3/4 LoRA + vLLM colocate on GPU 0"
+echo "gpu-check: 3/6 LoRA + vLLM colocate on GPU 0"
 with_lora "$WORK/colocate.json" > "$WORK/lora-colocate.json"
 CUDA_VISIBLE_DEVICES=0 timeout 240 "$PY" -m grpo_trainer --config "$WORK/lora-colocate.json" > "$WORK/lora-colocate.log" 2>&1 \
   || { tail -30 "$WORK/lora-colocate.log"; echo "gpu-check: LoRA colocate FAILED"; exit 1; }
 [ -f "$WORK/colocate-lora/adapter_model.safetensors" ] || { echo "gpu-check: LoRA colocate saved no adapter"; exit 1; }
 report lora-colocate "$WORK/lora-colocate.log"
-echo "gpu-check: 4/4 LoRA + vLLM server (merged weights over NCCL)"
+echo "gpu-check: 4/6 LoRA + vLLM server (merged weights over NCCL)"
 with_lora "$WORK/server.json" > "$WORK/lora-server.json"
 CUDA_VISIBLE_DEVICES=0 timeout 240 "$PY" -m grpo_trainer --config "$WORK/lora-server.json" > "$WORK/lora-server.log" 2>&1 \
   || { tail -30 "$WORK/lora-server.log"; echo "gpu-check: LoRA server mode FAILED"; exit 1; }
 report lora-server "$WORK/lora-server.log"
+
+# spec.parallelism: the trainer config gets exactly what the operator renders for the preset.
+with_parallelism() {
+  "$PY" -c 'import json, sys
+from grpo_operator.api import ParallelismSpec
+from grpo_operator.render.parallelism import training_arguments
+d = json.load(open(sys.argv[1])); d["outputDir"] += "-" + sys.argv[2]
+d["training"].update(training_arguments(ParallelismSpec(strategy=sys.argv[2])))
+from trl import GRPOConfig
+GRPOConfig(output_dir="/tmp/gpu-check-accepts", **d["training"])  # TRL accepts the rendered arguments
+print(json.dumps(d))' "$1" "$2"
+}
+NPROC=$(( GPUS >= 2 ? 2 : 1 ))
+for strategy in zero3 fsdp; do
+  n=$([ "$strategy" = zero3 ] && echo 5 || echo 6)
+  echo "gpu-check: $n/6 spec.parallelism $strategy, torchrun $NPROC process(es), vLLM colocate"
+  if [ "$strategy" = zero3 ] && ! "$PY" -c "import deepspeed" 2>/dev/null; then
+    echo "gpu-check: deepspeed is not installed in this Python: the CUDA lock must ship it (issue 19)"; exit 1
+  fi
+  with_parallelism "$WORK/colocate.json" "$strategy" > "$WORK/$strategy.json" \
+    || { echo "gpu-check: GRPOConfig refused the rendered $strategy arguments"; exit 1; }
+  CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((NPROC - 1))) timeout 300 "$PY" -m grpo_trainer.launch --standalone --nproc-per-node "$NPROC" \
+    -m grpo_trainer --config "$WORK/$strategy.json" > "$WORK/$strategy.log" 2>&1 \
+    || { tail -30 "$WORK/$strategy.log"; echo "gpu-check: $strategy FAILED"; exit 1; }
+  ls "$WORK/colocate-$strategy"/*.safetensors >/dev/null 2>&1 || { echo "gpu-check: $strategy saved no model"; exit 1; }
+  report "$strategy" "$WORK/$strategy.log"
+done
 echo "gpu-check: OK in $((SECONDS - t0)) s"

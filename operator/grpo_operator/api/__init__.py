@@ -43,6 +43,7 @@ from .models import (
     VllmSpec,
     training_kwargs,
 )
+from .parallelism import ParallelismSpec
 from .peft import MODULE_NAME, PeftSpec
 from .status_models import (
     BatchStatus,
@@ -64,5 +65,5 @@ __all__ = [
     "DatasetSpec", "EnvVar", "GRPOJob", "GRPOJobSpec", "GRPOJobStatus", "K8sObject", "ObjectMeta", "OutputSpec",
     "PodTemplate", "ProgressStatus", "Quantity", "ResourceRequirements", "RewardSpec", "RunPolicy", "SchedulingSpec",
     "SecretKeyRef", "TemplateMetadata", "TrainingSpec", "VllmServerSpec", "VllmSpec", "training_kwargs", "CacheSpec",
-    "MODULE_NAME", "PeftSpec", "ConditionStatus", "parse_lenient", "parse_status",
+    "MODULE_NAME", "PeftSpec", "ConditionStatus", "parse_lenient", "parse_status", "ParallelismSpec",
 ]

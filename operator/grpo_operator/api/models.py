@@ -35,6 +35,7 @@ from .base import (
     ResourceRequirements,
     _Model,
 )
+from .parallelism import ParallelismSpec
 from .peft import MODULE_NAME, PeftSpec  # noqa: F401 (MODULE_NAME: part of the api surface)
 from .vllm_server import VllmServerSpec
 
@@ -373,6 +374,9 @@ class GRPOJobSpec(_Model):
     )
     peft: Optional[PeftSpec] = Field(default=None, description="LoRA fine-tuning (PEFT): checkpoints and the output "
                                      "hold the adapter; absent: full fine-tuning. See docs/trainer.md.")
+    parallelism: Optional[ParallelismSpec] = Field(
+        default=None, description="Sharded training preset (zero3, fsdp; ddp the default), rendered into TRL's "
+        "deepspeed / fsdp arguments; not together with training.deepspeed, fsdp or fsdpConfig. See docs/trainer.md.")
 
     @field_validator("training", mode="before")
     @classmethod

@@ -13,7 +13,7 @@ from grpo_trainer import contract
 
 from .. import api
 from ..rules import topology
-from . import cache, podgroup, vllm_server
+from . import cache, parallelism, podgroup, vllm_server
 from .names import MAX_BASE as MAX_BASE
 from .names import Names as Names
 from .names import names as names
@@ -76,7 +76,8 @@ def trainer_config(job: api.GRPOJob, namespace: str, uid: str = "", output_dir: 
         "model": spec.model,
         "dataset": spec.dataset.model_dump(),
         "rewards": [{k: v for k, v in r.model_dump().items() if k != "model" or v is not None} for r in spec.rewards],
-        "training": api.training_kwargs(spec.training),
+        # the preset adds deepspeed or fsdp/fsdp_config; the validator refuses it next to the raw fields
+        "training": {**api.training_kwargs(spec.training), **parallelism.training_arguments(spec.parallelism)},
         "vllm": {
             "mode": spec.vllm.mode,
             "tensorParallelSize": spec.vllm.tensorParallelSize,

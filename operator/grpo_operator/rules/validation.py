@@ -14,7 +14,7 @@ from grpo_trainer import contract
 from .. import api
 from ..api import gang as gang_names
 from ..api import trl_fields
-from . import batch, topology
+from . import batch, capabilities, parallelism, topology
 
 DNS1123_LABEL = re.compile(api.DNS1123_LABEL)
 DNS1123_SUBDOMAIN = re.compile(api.DNS1123_SUBDOMAIN)
@@ -217,14 +217,24 @@ def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any])
     if spec.vllm.mode == "colocate" and spec.vllm.gpuMemoryUtilization > 0.7:
         out.append(f"spec.vllm.gpuMemoryUtilization {spec.vllm.gpuMemoryUtilization} leaves little memory for "
                    "training in colocate mode.")
-    if topo.gpu_resource is None and t.get("bf16"):
-        out.append("spec.training.bf16 on a CPU-only job: the trainer turns it off.")
     max_steps, save_steps = t.get("max_steps"), t.get("save_steps", trl_fields.default("save_steps"))
     if (isinstance(max_steps, int) and max_steps > 0 and isinstance(save_steps, (int, float)) and save_steps >= 1
             and save_steps > max_steps):
         out.append(f"spec.training.saveSteps ({save_steps}) > maxSteps ({max_steps}): no checkpoint before the end, "
                    "so a failure restarts from step 0.")
     return out
+
+
+def _image_problems(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any]) -> tuple[list[FieldError],
+                                                                                                  list[str]]:
+    """What the job's image variant cannot run (rules/capabilities.py: GPU pods run the CUDA image, CPU pods the CPU
+    one) and the sharding rules: (errors, warnings)."""
+    variant: capabilities.Variant = "cuda" if topo.gpu_resource else "cpu"
+    found = capabilities.check(spec.model_dump(), variant, spec.image)
+    errors = [FieldError(p.field, p.message) for p in found if p.error]
+    errors += [FieldError(f, m) for f, m in parallelism.errors(spec, t)]
+    warnings = [f"{p.field}: {p.message}" for p in found if not p.error]
+    return errors, warnings + parallelism.warnings(spec, topo.nodes * topo.nproc_per_node)
 
 
 def _model_init_errors(t: dict[str, Any]) -> list[FieldError]:
@@ -330,10 +340,12 @@ def _validate_spec(name: str, spec_doc: Any) -> ValidationResult:
     res.errors += _vllm_errors(spec, topo)
     t = api.training_kwargs(spec.training)
     res.errors += _model_init_errors(t)
+    image_errors, image_warnings = _image_problems(spec, topo, t)
+    res.errors += image_errors
     br = batch.check(batch_input(spec, topo, t))
     res.batch = br.breakdown.as_dict() if br.breakdown else None
     res.errors += [FieldError(i.field, i.full_message()) for i in br.issues]
-    res.warnings = _warnings(spec, topo, t)
+    res.warnings = _warnings(spec, topo, t) + image_warnings
     return res
 
 
