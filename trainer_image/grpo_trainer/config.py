@@ -74,6 +74,7 @@ class TrainerConfig:
     progress: bool = False
     job_name: str = ""
     job_namespace: str = ""
+    job_uid: str = ""  # the GRPOJob's uid: the tracking run's id (tracking.py)
     metrics_port: int = 0  # progress.metricsPort: serve Prometheus metrics here (local rank 0); 0 = off
     peft: PeftSpec | None = None  # None: full fine-tuning
 
@@ -161,7 +162,8 @@ def parse(doc: Any) -> TrainerConfig:
     return TrainerConfig(
         model=model, dataset=dataset, rewards=tuple(rewards), training=dict(training), vllm=vllm,
         output_dir=output_dir, progress=bool(progress.get("enabled", False)), job_name=str(job.get("name") or ""),
-        job_namespace=str(job.get("namespace") or ""), metrics_port=metrics_port, peft=peft,
+        job_namespace=str(job.get("namespace") or ""), job_uid=str(job.get("uid") or ""), metrics_port=metrics_port,
+        peft=peft,
     )
 
 
@@ -279,6 +281,7 @@ def grpo_kwargs(cfg: TrainerConfig, *, cuda: bool, warn=lambda msg: print(msg, f
     kw["model_init_kwargs"] = model_init_kwargs(kw)
     kw["trust_remote_code"] = kw["model_init_kwargs"]["trust_remote_code"]
     kw.setdefault("ddp_find_unused_parameters", False)
+    kw.setdefault("run_name", cfg.job_name or None)  # wandb/trackio name the run after the job (tracking.py)
     if cfg.progress:
         kw.setdefault("disable_tqdm", True)  # the caller draws its own bar from the GRPO_PROGRESS lines
     kw["reward_weights"] = [r.weight for r in cfg.rewards]

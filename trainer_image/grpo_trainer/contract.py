@@ -45,6 +45,10 @@ METRICS_PORT_NAME = "metrics"  # the container port's name: where the operator s
 
 # ---------------------------------------------------------------------------------------------- output
 PROGRESS_PREFIX = "GRPO_PROGRESS "  # a progress record on stdout (global rank 0)
+# A resumed trainer re-prints its checkpoint's logged steps (each with the attempt that logged it): the pods of earlier
+# attempts, and their logs, are gone after a gang restart (`kubectl grpo plot`; grpo_trainer/progress.py)
+HISTORY_PREFIX = "GRPO_HISTORY "
+ATTEMPT_ENV = "GRPO_ATTEMPT"  # the pod's attempt (grpo.dev/attempt), in the trainer's environment
 RESULT_PREFIX = "GRPO_RESULT "  # the final record, in the pod's termination message
 TERMINATION_LOG = "/dev/termination-log"
 STAGE_PREFIX = "GRPO_STAGE "  # a staging progress/result record (JSON) on stdout: grpo_trainer/stage.py

@@ -5,6 +5,7 @@ status.progress and for Prometheus). Both come from the same record."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections import deque
@@ -12,15 +13,15 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from .contract import ATTEMPT_ENV, HISTORY_PREFIX, RESULT_PREFIX
 from .contract import PROGRESS_PREFIX as PREFIX
-from .contract import RESULT_PREFIX
 from .metrics import finite
 
 # progress field -> TRL log key
 _FIELDS = {"reward": "reward", "rewardStd": "reward_std", "kl": "kl", "completionLength": "completions/mean_length",
            "learningRate": "learning_rate", "loss": "loss", "epoch": "epoch"}
 RATE_WINDOW = 8  # logging steps over which tokens/s and the ETA are averaged
-
+ATTEMPT_KEY = "grpo_attempt"  # stamped on each trainer_state.json log_history entry: which attempt logged the step
 
 
 def emit(prefix: str, record: dict, stream=None) -> None:
@@ -84,11 +85,59 @@ class ProgressCallback(TrainerCallback):
         record["elapsed"] = round(now - self.start, 3)
         record["timestamp"] = round(time.time(), 3)
         self.last = record
+        _stamp_attempt(state)
         if state.is_world_process_zero:
             if self.print_lines:
                 emit(PREFIX, record, self.stream)
             if self.metrics is not None:
                 self.metrics.update(record)
+
+
+def _attempt() -> int | None:
+    value = os.environ.get(ATTEMPT_ENV, "")
+    return int(value) if value.isdigit() else None
+
+
+def _stamp_attempt(state) -> None:
+    """The attempt that logged this step goes into its log_history entry, and so into the next checkpoint's
+    trainer_state.json, from which a resumed trainer re-prints it (replay_history): the pods of earlier attempts are
+    deleted at a gang restart, their logs with them."""
+    attempt = _attempt()
+    history = getattr(state, "log_history", None)
+    if attempt is not None and history and isinstance(history[-1], dict) and history[-1].get("step") == state.global_step:
+        history[-1].setdefault(ATTEMPT_KEY, attempt)
+
+
+def history_records(log_history: list) -> list[dict]:
+    """trainer_state.json's log_history → the progress records of the logged steps (as ProgressCallback writes them,
+    without the rates), each with the attempt that logged it when known."""
+    out = []
+    for entry in log_history:
+        if not isinstance(entry, dict) or ("reward" not in entry and "loss" not in entry):
+            continue
+        step = entry.get("step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            continue
+        record: dict[str, Any] = {"step": step, **{field: finite(entry.get(key)) for field, key in _FIELDS.items()}}
+        record["rewards"] = reward_stats(entry, "mean")
+        if isinstance(entry.get(ATTEMPT_KEY), int):
+            record["attempt"] = entry[ATTEMPT_KEY]
+        out.append(record)
+    return out
+
+
+def replay_history(checkpoint: str, stream=None) -> int:
+    """Print the checkpoint's logged steps as `GRPO_HISTORY {json}` lines (global rank 0, on resume), so that the log of
+    the current attempt holds the history `kubectl grpo plot` draws. Returns how many; 0 if the file is unreadable."""
+    try:
+        with open(os.path.join(checkpoint, "trainer_state.json"), encoding="utf-8") as f:
+            history = json.load(f).get("log_history") or []
+    except (OSError, ValueError, AttributeError):
+        return 0
+    records = history_records(history if isinstance(history, list) else [])
+    for record in records:
+        emit(HISTORY_PREFIX, record, stream)
+    return len(records)
 
 
 # Kept under the 1024 characters the operator reads from a pod's termination message.

@@ -19,7 +19,7 @@ from .exitcodes import (
     is_trl_batch_error,
     storage_error,
 )
-from .progress import RESULT_PREFIX, ProgressCallback, emit, write_final_progress
+from .progress import RESULT_PREFIX, ProgressCallback, emit, replay_history, write_final_progress
 
 
 def log(msg: str) -> None:
@@ -153,6 +153,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     if preempt.requested():
         log("SIGTERM during setup: exiting 143 (retryable) before training")
         return PREEMPTED, None
+    _tracking_and_history(cfg, args, checkpoint)
     preemption = preempt.PreemptionCallback()
     callbacks: list[Any] = [preemption]
     progress = ProgressCallback(print_lines=cfg.progress, metrics=metrics) \
@@ -177,6 +178,17 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
         return PREEMPTED, trainer
     _save_trained(cfg, trainer, tokenizer, progress.last if progress is not None else {}, checkpoint)
     return 0, trainer
+
+
+def _tracking_and_history(cfg: TrainerConfig, args: Any, checkpoint: str | None) -> None:
+    """Where the report_to integrations write and which run they continue (tracking.py); on resume, the checkpoint's
+    logged steps re-printed (global rank 0) for `kubectl grpo plot`: the earlier attempts' pods and logs are gone."""
+    from . import tracking
+
+    for key, value in tracking.apply(args.report_to or [], cfg.output_dir, cfg.job_uid).items():
+        log(f"tracking: {key}={value}")
+    if checkpoint and cfg.progress and args.process_index == 0:
+        replay_history(checkpoint)
 
 
 def _prepare(cfg: TrainerConfig, cuda: bool) -> tuple[Any, Any, Any, Any, Any, bool]:
@@ -209,6 +221,7 @@ def _save_finished(cfg: TrainerConfig, args: Any, tokenizer: Any, checkpoint: st
         data.load_model(checkpoint, trust_remote_code=trust).save_pretrained(cfg.output_dir)
         tokenizer.save_pretrained(cfg.output_dir)
         if cfg.progress:
+            replay_history(checkpoint)
             emit_result(cfg, resume.step_of(checkpoint), args.max_steps, None, checkpoint, checkpoint)
 
 

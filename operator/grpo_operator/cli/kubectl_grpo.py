@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
+
+from .kubectl_out import _dump, _err, _nonneg_int, _print
 
 PROG = "kubectl grpo"
 EXAMPLES = """examples:
@@ -22,6 +23,7 @@ EXAMPLES = """examples:
   kubectl grpo describe qwen-gsm8k
   kubectl grpo logs qwen-gsm8k -f                 # follows node rank 0 across gang restarts
   kubectl grpo logs qwen-gsm8k --rank all --tail 20
+  kubectl grpo plot qwen-gsm8k --metric reward       # reward per function over the steps of every attempt
   kubectl grpo wait qwen-gsm8k --for Succeeded --timeout 2h
   kubectl grpo suspend qwen-gsm8k && kubectl grpo resume qwen-gsm8k
   kubectl grpo delete qwen-gsm8k --wait
@@ -58,16 +60,6 @@ def duration(text: str) -> float:
     if value < 0 or value != value or value == float("inf"):
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be a finite time ≥ 0")
     return value
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be ≥ 0")
-    return v
 
 
 def _rank(text: str) -> Any:
@@ -148,6 +140,9 @@ def parser() -> argparse.ArgumentParser:
     lg.add_argument("--since", type=duration, help="only lines newer than this (e.g. 10m)")
     lg.add_argument("--attempt", type=_nonneg_int, help="read this attempt's pod (default: the current one)")
     lg.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
+    from . import kubectl_plot
+
+    kubectl_plot.add_arguments(cmd("plot", kubectl_plot.HELP, kubectl_plot.run))
     w = cmd("wait", "wait until the job reaches a phase (exit 0), ends otherwise (1) or times out (2)", _wait)
     w.add_argument("name")
     w.add_argument("--for", dest="phases", type=_phases, required=True,
@@ -182,14 +177,6 @@ def _age(ts: Optional[str], now: Optional[_dt.datetime] = None) -> str:
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows)
-
-
-def _dump(data: Any, fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps(data, indent=2, default=str)
-    import yaml
-
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip()
 
 
 def _reward(job: Any) -> str:
@@ -277,16 +264,6 @@ def describe_text(job: Any, events: Sequence[Any], notes: Optional[dict[str, str
 
 
 # ------------------------------------------------------------------------------------------------ commands
-def _print(text: str) -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-def _err(text: str) -> None:
-    sys.stderr.write(f"kubectl-grpo: {text}\n")
-    sys.stderr.flush()
-
-
 def run(args: argparse.Namespace, make_client: Callable[..., Any]) -> int:
     """The verb's function (set by parser()) with a client for the global flags."""
     client = make_client(namespace=getattr(args, "namespace", None), context=getattr(args, "context", None),

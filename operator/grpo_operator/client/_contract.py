@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import typing
 
+from grpo_trainer import contract as trainer_contract
+
 from .. import api
 from ..api import gang as g
 from ..api.status import ConditionType, Phase
@@ -33,6 +35,7 @@ ROLE_TRAINER = manifests.ROLE_TRAINER
 TRAINER_CONTAINER = manifests.TRAINER_CONTAINER
 QUEUE_LABEL = g.KUEUE_QUEUE_LABEL
 KUEUE_GATE = g.KUEUE_ADMISSION_GATE
+PROGRESS_PREFIX, HISTORY_PREFIX = trainer_contract.PROGRESS_PREFIX, trainer_contract.HISTORY_PREFIX
 
 
 def names(job_name: str) -> manifests.Names:

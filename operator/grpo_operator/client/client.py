@@ -13,6 +13,7 @@ from typing import Any, Optional, Union
 from . import _contract as c
 from . import inputs as _inputs
 from . import logs as _logs
+from . import podlogs
 from .errors import (
     InvalidJob,
     JobExists,
@@ -22,6 +23,7 @@ from .errors import (
     WaitTimeout,
     api_error,
 )
+from .history import History
 from .inputs import JobInput
 from .kubeconfig import load_config
 from .podlogs import PodLogSource
@@ -366,6 +368,14 @@ class GRPOClient:
             raise JobNotFound(source.namespace, name) from None
         finally:
             source.close()
+
+    def get_progress_history(self, name: str, namespace: Optional[str] = None,
+                             attempt: Optional[int] = None) -> History:
+        """The training history (reward, per-function rewards, KL, completion length per logging step and attempt)
+        from the trainer's progress lines in the logs of every attempt whose pods still exist (or of `attempt`).
+        A resumed trainer re-prints its checkpoint's history, so the current attempt's log covers the earlier ones up
+        to that checkpoint; History.notes says what could not be read. `kubectl grpo plot` draws it."""
+        return podlogs.progress_history(self, name, self._ns(namespace), attempt)
 
     def follow_all_ranks(self, name: str, follow: bool = False, tail_lines: Optional[int] = None,
                          since_seconds: Optional[int] = None, attempt: Optional[int] = None,

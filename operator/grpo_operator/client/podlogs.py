@@ -1,4 +1,5 @@
-"""The API server as a logs.LogSource: a job with the trainer pods of one rank, their logs, a pod watch."""
+"""The API server as a logs.LogSource: a job with the trainer pods of one rank, their logs, a pod watch; and the
+progress history of a job read from its pods' logs (history.py parses)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any, Optional
 
 from . import _contract as c
 from .errors import JobNotFound, api_error
+from .history import History, Sample, merge, parse_line
 from .types import Job, NodePod
 
 
@@ -78,3 +80,47 @@ def _split_ts(line: str) -> tuple[Optional[str], str]:
     if sep and len(head) >= 20 and head[4:5] == "-" and head[10:11] == "T":
         return head, rest.rstrip("\r")
     return None, line.rstrip("\r")
+
+
+def progress_history(client: Any, name: str, namespace: str, attempt: Optional[int] = None) -> History:
+    """The progress and history lines of every attempt whose trainer pods still exist (or of `attempt` only): per
+    attempt, node rank 0's log first, then the other ranks' until one has progress lines (global rank 0, which
+    prints them, may run on any node)."""
+    from .errors import GRPOClientError
+
+    job = Job.from_dict(client._get_body(name, namespace), client._pod_list(name, namespace)[0])
+    hist = History(job=name, namespace=namespace, attempt=job.attempt)
+    pods = [p for p in job.pods if p.role == c.ROLE_TRAINER and p.rank is not None]
+    samples: list[Sample] = []
+    for a in sorted({p.attempt for p in pods}):
+        if attempt is not None and a != attempt:
+            continue
+        tried: list[str] = []
+        for pod in sorted((p for p in pods if p.attempt == a), key=lambda p: (p.rank, p.deleting)):
+            if not pod.started:
+                tried.append(f"{pod.name} has not started")
+                continue
+            try:
+                source = PodLogSource(client, name, namespace, pod.rank or 0)
+                got = [s for _, text in source.read(pod, follow=False, tail_lines=None, since_seconds=None)
+                       if (s := parse_line(text, pod.attempt)) is not None]
+            except GRPOClientError as exc:
+                tried.append(str(exc))
+                continue
+            if got:
+                samples += got
+                hist.sources[a] = pod.name
+                break
+            tried.append(f"{pod.name}: no progress line yet")
+        if a not in hist.sources:
+            hist.notes.append(f"attempt {a}: " + "; ".join(tried or ["no trainer pod"]))
+    hist.samples = merge(samples)
+    seen = {s.attempt for s in hist.samples}
+    for a in range(job.attempt + 1):
+        if (attempt is None or a == attempt) and a not in seen and not any(p.attempt == a for p in pods):
+            hist.notes.append(f"attempt {a}: its pods were deleted at the gang restart and no later attempt re-printed "
+                              "its steps (it saved no checkpoint, or the job is not running again yet)")
+        elif a in seen and a not in hist.sources:
+            hist.notes.append(f"attempt {a}: steps up to the checkpoint the next attempt resumed from (re-printed by "
+                              "it); steps logged after that checkpoint went with its pods")
+    return hist

@@ -14,7 +14,7 @@ from grpo_trainer import contract
 from .. import api
 from ..api import gang as gang_names
 from ..api import trl_fields
-from . import batch, capabilities, parallelism, topology
+from . import batch, capabilities, parallelism, secrets, topology
 
 DNS1123_LABEL = re.compile(api.DNS1123_LABEL)
 DNS1123_SUBDOMAIN = re.compile(api.DNS1123_SUBDOMAIN)
@@ -332,6 +332,7 @@ def _validate_spec(name: str, spec_doc: Any) -> ValidationResult:
         return res
     res.job = api.GRPOJob(metadata=api.ObjectMeta(name=name), spec=spec)
     res.errors += _reserved_errors(spec)
+    res.errors += [FieldError(f, m) for f, m in secrets.literal_secret_errors(spec)]
     topo, terrs = topology.resolve(spec.nodes, spec.resources.limits, spec.resources.requests, spec.nprocPerNode)
     res.errors += [FieldError(e.field, e.message) for e in terrs]
     if topo is None:

@@ -92,6 +92,14 @@ def resumed_from(r: Run) -> int | None:
     return None
 
 
+def replayed(r: Run) -> list[tuple[int, int]]:
+    """(attempt, step) of the GRPO_HISTORY lines, read as `kubectl grpo plot` reads them."""
+    from grpo_operator.client import history
+
+    return [(s.attempt, s.step) for ln in r.stdout.splitlines()
+            if (s := history.parse_line(ln, attempt=99)) is not None and s.replayed]
+
+
 def test_sigterm_then_worker_kill_then_resume_to_the_end(tiny_config, tmp_path):
     out = tmp_path / "out"
     cfg = tiny_config(rewards=[{"name": "accuracy"}, {"function": "my_rewards:slow"}],
@@ -101,7 +109,7 @@ def test_sigterm_then_worker_kill_then_resume_to_the_end(tiny_config, tmp_path):
 
     # 1. SIGTERM to the agent (what the kubelet sends on eviction/deletion): all ranks finish the current step,
     #    save a checkpoint at that step, and the job exits 143 (retryable).
-    job = Watched(cmd, **slow)
+    job = Watched(cmd, GRPO_ATTEMPT="0", **slow)  # the attempt, as the pod's env says it
     job.wait_for_step(3)
     job.proc.send_signal(signal.SIGTERM)
     r1 = job.finish()
@@ -112,7 +120,7 @@ def test_sigterm_then_worker_kill_then_resume_to_the_end(tiny_config, tmp_path):
 
     # 2. Restart: resumes exactly where SIGTERM stopped (no step repeated); then SIGKILL one worker after a
     #    later checkpoint: the job ends with a retryable code (>= 128) — never a permanent one.
-    job = Watched(cmd, **slow)
+    job = Watched(cmd, GRPO_ATTEMPT="1", **slow)
     job.wait_for_step(stopped + 3)
     ckpts = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
     victims = [pid for pid in children(job.proc.pid) if local_rank_of(pid) == "1"]
@@ -126,7 +134,7 @@ def test_sigterm_then_worker_kill_then_resume_to_the_end(tiny_config, tmp_path):
     killed_at = steps2[-1]
 
     # 3. Restart again: resumes from the latest complete checkpoint, repeats at most SAVE_STEPS steps, finishes.
-    r3 = run(cmd, timeout=240)
+    r3 = run(cmd, timeout=240, GRPO_ATTEMPT="2")
     assert r3.returncode == 0, r3
     start_from = resumed_from(r3)
     assert start_from is not None and start_from >= max(ckpts), r3
@@ -137,8 +145,14 @@ def test_sigterm_then_worker_kill_then_resume_to_the_end(tiny_config, tmp_path):
     state = json.loads((out / f"checkpoint-{MAX_STEPS}" / "trainer_state.json").read_text())
     assert state["global_step"] == MAX_STEPS
     # 4. A restart after the job already finished (e.g. another node failed in teardown) trains nothing more.
-    r4 = run(cmd, timeout=240)
+    r4 = run(cmd, timeout=240, GRPO_ATTEMPT="3")
     assert r4.returncode == 0 and "already reached max_steps=8" in r4.stderr and not r4.progress, r4
     assert not (out / f"checkpoint-{MAX_STEPS + 1}").exists()
+    # 5. The history `kubectl grpo plot` draws: each resumed run re-printed its checkpoint's logged steps, each with the
+    #    attempt that logged it (after a gang restart the earlier attempts' pods and logs are gone).
+    assert replayed(r2) == [(0, s) for s in range(1, stopped + 1)], r2
+    assert replayed(r3) == [(0 if s <= stopped else 1, s) for s in range(1, start_from + 1)], r3
+    assert replayed(r4) == [(0 if s <= stopped else 1 if s <= start_from else 2, s) for s in range(1, MAX_STEPS + 1)]
+    assert not replayed(r1)
     print(f"resume: SIGTERM run {r1.wall:.1f}s (stopped at {stopped}), killed run {r2.wall:.1f}s "
           f"(exit {r2.returncode}, killed at {killed_at}), final run {r3.wall:.1f}s (from {start_from})")

@@ -329,3 +329,69 @@ def test_wait_ends_on_a_rejected_job(world: tuple[World, Path]) -> None:
             proc.kill()
     assert proc.returncode == 1 and out == ""
     assert err.strip() == "kubectl-grpo: grpojob ns/train Rejected: invalid spec: spec.nodes: must be ≥ 1"
+
+
+def progress(step: int, reward: float, prefix: str = "GRPO_PROGRESS ", **kw: Any) -> str:
+    return prefix + json.dumps({"step": step, "reward": reward, "rewards": {"accuracy": reward / 2}, "kl": step / 100,
+                                "completionLength": 20 - step, **kw})
+
+
+def test_progress_history_across_a_gang_restart_over_http(world: tuple[World, Path]) -> None:
+    """Attempt 0's pod (and log) is replaced at the gang restart; attempt 1 re-prints the checkpoint's steps as
+    GRPO_HISTORY lines, so the history still covers both attempts; `kubectl grpo plot` draws it with the restart."""
+    w, kubeconfig = world
+    w.pod(0, 0, "Running", ["loading the model", progress(1, 0.1), progress(2, 0.2), progress(3, 0.3)])
+    with GRPOClient(config_file=str(kubeconfig)) as c:
+        live = c.get_progress_history(JOB)
+        assert [(s.attempt, s.step, s.reward, s.replayed) for s in live.samples] == [
+            (0, 1, 0.1, False), (0, 2, 0.2, False), (0, 3, 0.3, False)]
+        assert live.sources == {0: "train-node-0"} and live.notes == []
+        # the restart: checkpoint-2 is resumed; attempt 0's step 3 went with its pod
+        w.pod(0, 0, "Failed")
+        w.change(status={"phase": "Running", "restarts": 1})
+        w.pod(0, 1, "Running", [progress(1, 0.1, "GRPO_HISTORY ", attempt=0), progress(2, 0.2, "GRPO_HISTORY ", attempt=0),
+                                "resuming from checkpoint-2", progress(3, 0.35), progress(4, 0.45)])
+        hist = c.get_progress_history(JOB)
+        assert [(s.attempt, s.step, s.replayed) for s in hist.samples] == [
+            (0, 1, True), (0, 2, True), (1, 3, False), (1, 4, False)]
+        assert hist.sources == {1: "train-node-0"} and hist.attempt == 1
+        assert len(hist.notes) == 1 and hist.notes[0].startswith("attempt 0: steps up to the checkpoint")
+        only = c.get_progress_history(JOB, attempt=1)  # the log of attempt 1 holds attempt 0's replayed steps too
+        assert {s.attempt for s in only.samples} == {0, 1}
+    assert all(r["follow"] == "false" and r["container"] == "trainer" for r in w.log_requests)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    r = subprocess.run([sys.executable, "-m", "grpo_operator.cli.kubectl_grpo", "plot", JOB, "-o", "json"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["restarts"] == [{"attempt": 1, "step": 3}]
+    assert [p["value"] for p in doc["series"]["reward/accuracy"]] == [0.05, 0.1, 0.175, 0.225]
+    assert [p["step"] for p in doc["series"]["completion_length"]] == [1, 2, 3, 4]
+    r = subprocess.run([sys.executable, "-m", "grpo_operator.cli.kubectl_grpo", "plot", JOB, "--width", "60"],
+                       env={**env, "PYTHONIOENCODING": "utf-8"}, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.count("↻1") == 3, r.stdout + r.stderr
+    assert "reward: ns/train" in r.stdout and "● reward (0.45 at step 4)" in r.stdout
+    assert r.stderr.startswith("kubectl-grpo: attempt 0: steps up to the checkpoint"), r.stderr
+
+
+def test_progress_lines_on_another_node_and_a_job_without_any(world: tuple[World, Path]) -> None:
+    """Global rank 0 (the one that prints progress) may run on any node: the other ranks are read when node rank 0's
+    log has none. A job whose pods print nothing yet: exit 1 and why, no traceback."""
+    w, kubeconfig = world
+    w.nodes = 2
+    w.pod(0, 0, "Running", ["rank 3 of 4"])
+    w.pod(1, 0, "Running", ["rank 0 of 4", progress(5, 0.5)])
+    with GRPOClient(config_file=str(kubeconfig)) as c:
+        hist = c.get_progress_history(JOB)
+    assert [(s.attempt, s.step) for s in hist.samples] == [(0, 5)] and hist.sources == {0: "train-node-1"}
+    with w.cv:  # rank 1's log without the progress line: nothing anywhere
+        w.pods[manifests.names(JOB).pod(1)]["lines"] = ["rank 0 of 4"]
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    r = subprocess.run([sys.executable, "-m", "grpo_operator.cli.kubectl_grpo", "plot", JOB], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
+    assert "attempt 0: train-node-0: no progress line yet; train-node-1: no progress line yet" in r.stderr
+    assert "no progress lines in the logs of ns/train yet" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "grpo_operator.cli.kubectl_grpo", "plot", "nope"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
