@@ -27,7 +27,6 @@ from .draft import Draft, JobEvent
 from .pods import ROLE_TRAINER, ROLE_VLLM, PodInfo, PodPhase, classify
 
 
-
 def _healthy(p: PodInfo) -> bool:
     return p.live and p.ready and p.phase == PodPhase.RUNNING and classify(p) is None
 
