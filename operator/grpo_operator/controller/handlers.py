@@ -72,8 +72,10 @@ def _rv(body: Any) -> Optional[int]:
         return None
 
 
-def endpoint_of_pod(meta: Any, spec: Any, status: Any) -> progress_mod.Endpoint:
-    """Where a trainer pod serves its metrics: status.podIP and the trainer container's port named `metrics`."""
+def endpoint_of_pod(meta: Any, spec: Any, status: Any,
+                    role: str = lifecycle.ROLE_TRAINER) -> progress_mod.Endpoint:
+    """Where a trainer pod serves its metrics (the download pod its progress): status.podIP and the container port
+    named `metrics`."""
     port = None
     for c in (spec or {}).get("containers") or []:
         for p in c.get("ports") or []:
@@ -83,7 +85,8 @@ def endpoint_of_pod(meta: Any, spec: Any, status: Any) -> progress_mod.Endpoint:
     return progress_mod.Endpoint(
         pod=meta.get("name", ""), ip=(status or {}).get("podIP") or None, port=port,
         attempt=lifecycle.as_int(ann.get(manifests.ANNOTATION_ATTEMPT), 0),
-        running=(status or {}).get("phase") == lifecycle.PodPhase.RUNNING and not meta.get("deletionTimestamp"))
+        running=(status or {}).get("phase") == lifecycle.PodPhase.RUNNING and not meta.get("deletionTimestamp"),
+        role=role)
 
 
 def pod_entry(pod: dict[str, Any]) -> Optional[tuple[Key, tuple[lifecycle.PodInfo, Optional[progress_mod.Endpoint]]]]:
@@ -92,8 +95,9 @@ def pod_entry(pod: dict[str, Any]) -> Optional[tuple[Key, tuple[lifecycle.PodInf
     job = job_key_of_pod(meta)
     if not job:
         return None
-    trainer = (meta.get("labels") or {}).get(manifests.LABEL_ROLE, lifecycle.ROLE_TRAINER) == lifecycle.ROLE_TRAINER
-    endpoint = endpoint_of_pod(meta, pod.get("spec"), pod.get("status")) if trainer else None
+    role = (meta.get("labels") or {}).get(manifests.LABEL_ROLE, lifecycle.ROLE_TRAINER)
+    scraped = role in (lifecycle.ROLE_TRAINER, lifecycle.ROLE_INITIALIZER)  # /metrics, the download's /progress
+    endpoint = endpoint_of_pod(meta, pod.get("spec"), pod.get("status"), role) if scraped else None
     return (meta.get("namespace", ""), job), (lifecycle.summarize_pod(pod), endpoint)
 
 
@@ -235,6 +239,7 @@ class Controller:
         uid = (body.get("metadata") or {}).get("uid", "")
         res = self._validate(key, body)
         view = lifecycle.JobView.from_body(body, res)
+        view.stage_progress = self.progress.stage_progress(key)
         pods = self.observed_pods(key, uid)
         dec = lifecycle.decide(view, pods, lifecycle.now_utc(), self.config.policy)
         k = self.kube
