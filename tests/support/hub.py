@@ -5,13 +5,15 @@
     hub.add_model("org/tiny", TINY_MODEL)            # a folder becomes one commit; returns its 40-hex sha
     hub.add_dataset("org/data", {"data/train.jsonl": b"..."})
     with hub:                                         # starts on 127.0.0.1:<free port>, stops on exit
+                                                      # (HubEmulator(host=IP): an address pods can reach)
         env = {"HF_ENDPOINT": hub.url, ...}
         ...
         hub.requests(method="GET", path_contains="resolve")   # the access log
 
 Faults, injected per request path: `hub.fail(substring, status, times)` answers an HTTP error (401 gated, 404, 500…),
 `hub.cut(substring, after_bytes, times)` sends the headers of a whole file, then `after_bytes` of its body, and
-closes the connection (a mid-file network failure). `hub.require_token(repo, token)` makes a repo gated: requests
+closes the connection (a mid-file network failure). `hub.throttle(substring, bytes_per_second)` serves matching
+file bodies slowly (a download that takes a while). `hub.require_token(repo, token)` makes a repo gated: requests
 without `Authorization: Bearer <token>` get 401 GatedRepo.
 
 What it answers (huggingface_hub 1.33, datasets 5.2): model/dataset info and revision info, the tree API (recursive,
@@ -25,6 +27,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -78,10 +81,12 @@ def read_folder(folder: Path) -> dict[str, bytes]:
 
 
 class HubEmulator:
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
         self.repos: dict[tuple[str, str], Repo] = {}
         self.log: list[Request] = []
         self.faults: list[Fault] = []
+        self.throttles: list[tuple[str, int]] = []  # (path substring, bytes per second)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -115,6 +120,9 @@ class HubEmulator:
     def cut(self, substring: str, after_bytes: int, times: int = 1) -> None:
         self.faults.append(Fault(substring, status=0, after_bytes=after_bytes, times=times))
 
+    def throttle(self, substring: str, bytes_per_second: int) -> None:
+        self.throttles.append((substring, bytes_per_second))
+
     # ------------------------------------------------------------------------------------------ log
     def requests(self, method: str | None = None, path_contains: str = "") -> list[Request]:
         with self._lock:
@@ -128,11 +136,11 @@ class HubEmulator:
     @property
     def url(self) -> str:
         assert self._server is not None, "start() the emulator first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://{self.host}:{self._server.server_address[1]}"
 
     def start(self) -> HubEmulator:
         handler = type("Handler", (_Handler,), {"hub": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = ThreadingHTTPServer((self.host, 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="hub-emulator", daemon=True)
         self._thread.start()
@@ -189,13 +197,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.hub.log.append(Request(self.command, self.path, status, self.headers.get("Range"), sent,
                                         self.headers.get("Authorization")))
 
-    def _answer(self, status: int, headers: dict[str, str], data: bytes, body: bool) -> None:
+    def _answer(self, status: int, headers: dict[str, str], data: bytes, body: bool, rate: int = 0) -> None:
         self.send_response(status)
         headers = {"Content-Type": "application/json", **headers, "Content-Length": str(len(data))}
         for k, v in headers.items():
             self.send_header(k, v)
         self.end_headers()
-        if body:
+        if body and rate:  # a slow link: pieces of a tenth of a second's worth
+            piece = max(rate // 10, 1)
+            for i in range(0, len(data), piece):
+                if i:
+                    time.sleep(0.1)
+                self.wfile.write(data[i:i + piece])
+                self.wfile.flush()
+        elif body:
             self.wfile.write(data)
         self._record(status, len(data) if body else 0)
 
@@ -308,4 +323,5 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._record(-1, min(fault.after_bytes, len(chunk)))
             return
-        self._answer(status, headers, chunk, body)
+        rate = next((r for sub, r in self.hub.throttles if sub in self.path), 0)
+        self._answer(status, headers, chunk, body, rate)

@@ -53,6 +53,8 @@ RESULT_PREFIX = "GRPO_RESULT "  # the final record, in the pod's termination mes
 TERMINATION_LOG = "/dev/termination-log"
 STAGE_PREFIX = "GRPO_STAGE "  # a staging progress/result record (JSON) on stdout: grpo_trainer/stage.py
 STAGE_MODULE = "grpo_trainer.stage"  # `python -m grpo_trainer.stage --config FILE`: the initializer's command
+# the download pod's live progress: GET on its `metrics` port answers its last STAGE_PREFIX line (text/plain)
+STAGE_PROGRESS_PATH = "/progress"
 TERMINATION_LOG_ENV = "GRPO_TERMINATION_LOG"  # overrides TERMINATION_LOG (tests, local runs)
 
 # ---------------------------------------------------------------------------------------------- exit codes

@@ -12,8 +12,10 @@ Model/dataset references that are paths (they exist, or start with / ./ ../ ~) a
 
 A marker per staged item ($HF_HOME/grpo-stage/<key>.json, naming the commit and files) makes a second run exit 0
 at once, with no request to the Hub. Progress: `GRPO_STAGE {json}` lines on stdout (contract.STAGE_PREFIX) with
-bytes and files done/total. Exit codes (contract.py): 0 staged; 18 the Hub refused access (401 gated, 403); 19 no such
-repo/revision/file (404); 202 the Hub failed (5xx, timeout, cut connection) after retries with backoff.
+bytes and files done/total; with --progress-port, `GET /progress` on that port answers the last of them (the
+operator scrapes it into the job's Staged condition while the pod downloads, as it scrapes the trainers' /metrics).
+Exit codes (contract.py): 0 staged; 18 the Hub refused access (401 gated, 403); 19 no such repo/revision/file (404);
+202 the Hub failed (5xx, timeout, cut connection) after retries with backoff.
 """
 
 from __future__ import annotations
@@ -24,15 +26,17 @@ import functools
 import hashlib
 import json
 import os
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from .contract import STAGE_PREFIX
+from .contract import STAGE_PREFIX, STAGE_PROGRESS_PATH
 from .exitcodes import CONFIG, HUB_DENIED, HUB_NOT_FOUND, TRANSIENT_IO, TrainerError, write_termination_message
 
 # What loading a causal LM/tokenizer reads (transformers 5): configs, tokenizers, chat templates, weights.
@@ -108,9 +112,45 @@ def selected(files: dict[str, int], patterns: list[str]) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------------------------------- output
+class _Latest:
+    line = ""  # the last GRPO_STAGE line: what GET /progress answers (one str assignment: no lock needed)
+
+
 def emit(record: dict[str, Any], out: Callable[[str], None] | None = None) -> None:
     line = STAGE_PREFIX + json.dumps(record, sort_keys=True)
+    _Latest.line = line
     (out or _print)(line)
+
+
+class _ProgressHandler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        found = self.path.split("?", 1)[0] == STAGE_PROGRESS_PATH
+        body = (_Latest.line + "\n").encode() if found else b"not found\n"
+        self.send_response(200 if found else 404)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # stdout is for GRPO_STAGE lines
+
+
+def serve_progress(port: int) -> ThreadingHTTPServer | None:
+    """Serve GET /progress on `port`, all interfaces (the pod IP), in a daemon thread of this process. A port that
+    cannot be bound is a warning: staging goes on without the live progress (the log lines stay)."""
+    last: OSError | None = None
+    for family, addr in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):  # "::" takes IPv4 too (dual stack)
+        server_class = type("_Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
+        try:
+            server = server_class((addr, port), _ProgressHandler)
+        except OSError as e:  # no IPv6 in this network namespace, or the port is taken
+            last = e
+            continue
+        threading.Thread(target=server.serve_forever, name="stage-progress", daemon=True).start()
+        return server
+    sys.stderr.write(f"grpo_trainer.stage: warning: cannot serve progress on port {port} ({last})\n")
+    return None
 
 
 def _print(line: str) -> None:
@@ -119,10 +159,12 @@ def _print(line: str) -> None:
 
 
 class _Meter:
-    """Prints bytes done/total every `interval` s while a download runs, from the blobs folder's size."""
+    """Prints bytes and files done/total every `interval` s while a download runs: bytes from the blobs folder's size
+    (partial files included), files from the snapshot's links (made once a file is complete)."""
 
-    def __init__(self, item: Item, folder: Path, total_bytes: int, total_files: int, interval: float = 2.0):
-        self.item, self.folder, self.total_bytes, self.total_files = item, folder, total_bytes, total_files
+    def __init__(self, item: Item, folder: Path, files: dict[str, int], commit: str | None, interval: float = 2.0):
+        self.item, self.folder, self.files, self.commit = item, folder, files, commit
+        self.total_bytes, self.total_files = sum(files.values()), len(files)
         self.interval = interval
         self.start_bytes = self._size()
         self._stop = threading.Event()
@@ -132,14 +174,18 @@ class _Meter:
         blobs = self.folder / "blobs"
         return sum(p.stat().st_size for p in blobs.iterdir() if p.is_file()) if blobs.is_dir() else 0
 
-    def record(self, files_done: int) -> dict[str, Any]:
+    def _files_done(self) -> int:
+        snapshot = self.folder / "snapshots" / (self.commit or "-")
+        return sum(1 for f in self.files if (snapshot / f).exists()) if snapshot.is_dir() else 0
+
+    def record(self, files_done: int | None = None) -> dict[str, Any]:
         done = min(self._size(), self.total_bytes) if self.total_bytes else self._size()
         return {"item": self.item.label, "bytes": done, "totalBytes": self.total_bytes,
-                "files": files_done, "totalFiles": self.total_files}
+                "files": self._files_done() if files_done is None else files_done, "totalFiles": self.total_files}
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            emit({"event": "progress", **self.record(0)})
+            emit({"event": "progress", **self.record()})
 
     def __enter__(self) -> _Meter:
         self._thread.start()
@@ -188,7 +234,7 @@ def stage_model(item: Item, hf_home: Path) -> dict[str, Any]:
     folder = hf_home / "hub" / f"models--{item.repo_id.replace('/', '--')}"
     emit({"event": "start", "item": item.label, "commit": sha, "bytes": 0, "totalBytes": sum(files.values()),
           "files": 0, "totalFiles": len(files)})
-    with _Meter(item, folder, sum(files.values()), len(files)) as meter:
+    with _Meter(item, folder, files, sha) as meter:
         # the revision string the pods use, so refs/<revision> exists for their offline lookup (not only the sha)
         path = snapshot_download(item.repo_id, revision=item.revision, allow_patterns=sorted(files))
         rec = meter.record(len(files))
@@ -201,14 +247,15 @@ def stage_dataset(item: Item, hf_home: Path) -> dict[str, Any]:
     from huggingface_hub.hf_api import RepoFile
 
     info = HfApi().dataset_info(item.repo_id, revision=item.revision)
-    emit({"event": "start", "item": item.label, "commit": info.sha, "bytes": 0, "files": 0})
-    ds = datasets.load_dataset(item.repo_id, item.config, split=item.split)  # the trainer's very call (data.py)
+    files = {f.path: int(f.size or 0) for f in HfApi().list_repo_tree(
+        item.repo_id, repo_type="dataset", revision=info.sha or item.revision, recursive=True) if isinstance(f, RepoFile)}
+    emit({"event": "start", "item": item.label, "commit": info.sha, "bytes": 0, "totalBytes": sum(files.values()),
+          "files": 0, "totalFiles": len(files)})
+    with _Meter(item, hf_home / "hub" / f"datasets--{item.repo_id.replace('/', '--')}", files, info.sha):
+        ds = datasets.load_dataset(item.repo_id, item.config, split=item.split)  # the trainer's very call (data.py)
     paths = sorted({os.path.dirname(f["filename"]) for f in ds.cache_files}) or [str(hf_home / "datasets")]
-    sizes = [int(f.size or 0) for f in HfApi().list_repo_tree(item.repo_id, repo_type="dataset",
-                                                                 revision=info.sha or item.revision, recursive=True)
-             if isinstance(f, RepoFile)]
-    return {"commit": info.sha, "paths": paths, "rows": len(ds), "bytes": sum(sizes), "totalBytes": sum(sizes),
-            "files": len(sizes), "totalFiles": len(sizes)}
+    return {"commit": info.sha, "paths": paths, "rows": len(ds), "bytes": sum(files.values()),
+            "totalBytes": sum(files.values()), "files": len(files), "totalFiles": len(files)}
 
 
 # --------------------------------------------------------------------------------------------------- errors
@@ -303,7 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grpo_trainer.stage", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="the trainer config JSON (docs/trainer-config.md)")
     parser.add_argument("--cache-dir", help="HF_HOME to stage into (default: $HF_HOME)")
+    parser.add_argument("--progress-port", type=int, default=0,
+                        help=f"serve GET {STAGE_PROGRESS_PATH} (the last GRPO_STAGE line) on this port; 0: off")
     ns = parser.parse_args(argv)
+    if ns.progress_port:
+        serve_progress(ns.progress_port)
     if ns.cache_dir:
         os.environ["HF_HOME"] = os.path.abspath(ns.cache_dir)  # before huggingface_hub is imported: read once
     for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):

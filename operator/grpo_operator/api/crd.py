@@ -21,6 +21,9 @@ PRINTER_COLUMNS = [
      "description": "mean reward at the last logging step"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1, "description": "gang restarts"},
     {"name": "Model", "type": "string", "jsonPath": ".spec.model", "priority": 1, "description": "model"},
+    # -o wide: what the phase means now, e.g. a spec.cache download's bytes and files done/total while Pending
+    {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1,
+     "description": "what the job is doing or waiting for"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -43,6 +43,7 @@ from . import events, ha, kube, podwatch, refused, registration, webhookconfig
 from . import metrics as opmetrics
 from .engine_probe import EngineProbes
 from .expectations import Expectations
+from .pod_entry import pod_entry
 from .ratelimit import RateLimiter
 from .scraper import ProgressScraper
 from .settings import Settings
@@ -71,42 +72,6 @@ def _rv(body: Any) -> Optional[int]:
         return int(rv)
     except (TypeError, ValueError):
         return None
-
-
-def endpoint_of_pod(meta: Any, spec: Any, status: Any) -> progress_mod.Endpoint:
-    """Where a trainer pod serves its metrics: status.podIP and the trainer container's port named `metrics`."""
-    port = None
-    for c in (spec or {}).get("containers") or []:
-        for p in c.get("ports") or []:
-            if p.get("name") == manifests.METRICS_PORT_NAME and isinstance(p.get("containerPort"), int):
-                port = p["containerPort"]
-    ann = meta.get("annotations") or {}
-    return progress_mod.Endpoint(
-        pod=meta.get("name", ""), ip=(status or {}).get("podIP") or None, port=port,
-        attempt=lifecycle.as_int(ann.get(manifests.ANNOTATION_ATTEMPT), 0),
-        running=(status or {}).get("phase") == lifecycle.PodPhase.RUNNING and not meta.get("deletionTimestamp"))
-
-
-def pod_entry(pod: dict[str, Any]) -> Optional[tuple[Key, tuple[lifecycle.PodInfo, Optional[progress_mod.Endpoint]]]]:
-    """What the pod index keeps of a pod, under its job's key; None for a pod of no job."""
-    meta = pod.get("metadata") or {}
-    job = job_key_of_pod(meta)
-    if not job:
-        return None
-    trainer = (meta.get("labels") or {}).get(manifests.LABEL_ROLE, lifecycle.ROLE_TRAINER) == lifecycle.ROLE_TRAINER
-    endpoint = endpoint_of_pod(meta, pod.get("spec"), pod.get("status")) if trainer else None
-    return (meta.get("namespace", ""), job), (lifecycle.summarize_pod(pod), endpoint)
-
-
-def job_key_of_pod(meta: Any) -> Optional[str]:
-    ann = meta.get("annotations") or {}
-    name = ann.get(manifests.ANNOTATION_JOB)
-    if name:
-        return name
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == api.KIND:
-            return ref.get("name")
-    return (meta.get("labels") or {}).get(manifests.LABEL_JOB)
 
 
 def _count_restart(old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -243,6 +208,7 @@ class Controller:
         view = lifecycle.JobView.from_body(body, res)
         view.create_refused = self.refused_creates.get(key)
         view.engine_probe = self.probes.verdict(key)
+        view.stage_progress = self.progress.stage_progress(key)
         pods = self.observed_pods(key, uid)
         dec = lifecycle.decide(view, pods, lifecycle.now_utc(), self.config.policy)
         self.probes.request(key, dec.probe_server)  # a kept vLLM server's engine probe (a read: no status first)

@@ -1,7 +1,11 @@
 """Live training progress: every `interval` seconds, GET /metrics of the running jobs' trainer pods (only the known
 global-rank-0 pod once found), turn the text into status.progress (lifecycle.progress, pure) and kick the job's
 reconciler, which carries it into its status write: for free when the status changes anyway, else at most once
-per interval per job. Best effort: a failed scrape is counted and tried again next round."""
+per interval per job. Best effort: a failed scrape is counted and tried again next round.
+
+While a Pending job's spec.cache download pod runs, the same round GETs its /progress (its last `GRPO_STAGE` record,
+grpo_trainer/stage.py) and kicks the job when the record changed: decide() reads it as JobView.stage_progress and
+puts bytes and files done/total into the Staged condition's message (lifecycle/staging.py)."""
 
 from __future__ import annotations
 
@@ -11,19 +15,21 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import aiohttp
 
 from .. import lifecycle
 from ..api.status import TERMINAL, Phase
 from ..lifecycle import progress as progress_mod
+from ..lifecycle import staging
 from . import metrics as opmetrics
 
 log = logging.getLogger("grpo_operator")
 
 Key = tuple[str, str]  # (namespace, job name)
 MAX_METRICS_BYTES = 1 << 20
+T = TypeVar("T")
 
 
 @dataclass
@@ -35,6 +41,7 @@ class ProgressState:
     last_write: Optional[float] = None  # monotonic
     rank0_pod: Optional[str] = None
     attempt: Optional[int] = None
+    stage: Optional[dict[str, Any]] = None  # the download pod's last GRPO_STAGE record (spec.cache), while it runs
 
 
 class ProgressScraper:
@@ -81,6 +88,11 @@ class ProgressScraper:
             self.kick_later(key, decision.retry_after + 0.05)
         return False
 
+    def stage_progress(self, key: Key) -> Optional[dict[str, Any]]:
+        """The job's download pod's last progress record (JobView.stage_progress); None before the first scrape."""
+        state = self.states.get(key)
+        return state.stage if state is not None else None
+
     def written(self, key: Key) -> None:
         """A status write carrying progress went through: the rate limit counts from now."""
         self.states.setdefault(key, ProgressState()).last_write = time.monotonic()
@@ -101,10 +113,30 @@ class ProgressScraper:
                 log.warning("progress scrape round failed: %s: %s", type(exc).__name__, exc)
 
     async def scrape_running_jobs(self) -> None:
-        keys = [k for k, b in list(self.jobs.items()) if (b.get("status") or {}).get("phase") == Phase.RUNNING]
-        if keys:
+        phases = {k: (b.get("status") or {}).get("phase") for k, b in list(self.jobs.items())}
+        keys = [k for k, p in phases.items() if p == Phase.RUNNING]
+        staging_keys = [k for k, p in phases.items() if p == Phase.PENDING]
+        for k in keys:  # past staging: its record is no news any more
+            if k in self.states:
+                self.states[k].stage = None
+        if keys or staging_keys:
             sem = asyncio.Semaphore(64)
-            await asyncio.gather(*(self._scrape_job(k, sem) for k in keys))
+            await asyncio.gather(*(self._scrape_job(k, sem) for k in keys),
+                                 *(self._scrape_stage(k, sem) for k in staging_keys))
+
+    async def _scrape_stage(self, key: Key, sem: asyncio.Semaphore) -> None:
+        """A Pending job's running download pod: its last GRPO_STAGE record; a kick when it changed."""
+        endpoint = progress_mod.stage_endpoint(self.endpoints(key))
+        if endpoint is None:
+            if key in self.states:
+                self.states[key].stage = None
+            return
+        async with sem:
+            record = await self._get(endpoint.url, staging.parse_record)
+        state = self.states.setdefault(key, ProgressState())
+        if record is not None and record != state.stage and key in self.jobs:
+            state.stage = record
+            self.kick(key)
 
     def _running_attempt(self, key: Key) -> Optional[int]:
         """The attempt the job runs now, from the cached job; None unless it is Running."""
@@ -141,18 +173,22 @@ class ProgressScraper:
             self.kick(key)
 
     async def _fetch(self, ep: progress_mod.Endpoint) -> Optional[progress_mod.Scrape]:
+        return await self._get(ep.url, lambda text: progress_mod.parse_metrics(text, ep.pod))
+
+    async def _get(self, url: str, parse: Callable[[str], T]) -> Optional[T]:
+        """parse() of a 200 answer's body (at most MAX_METRICS_BYTES), else None; each GET counted by its result."""
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession(trust_env=False, connector=aiohttp.TCPConnector(limit=64))
         timeout = aiohttp.ClientTimeout(total=min(5.0, max(1.0, self.interval / 3)))
         result = "ok"
         try:
-            async with self._http.get(ep.url, timeout=timeout, allow_redirects=False) as resp:
+            async with self._http.get(url, timeout=timeout, allow_redirects=False) as resp:
                 if resp.status != 200:
                     result = "http"
                     return None
                 raw = await resp.content.read(MAX_METRICS_BYTES)
             try:
-                return progress_mod.parse_metrics(raw.decode("utf-8", "replace"), ep.pod)
+                return parse(raw.decode("utf-8", "replace"))
             except progress_mod.MetricsParseError:
                 result = "parse"
                 return None

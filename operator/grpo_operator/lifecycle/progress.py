@@ -183,27 +183,35 @@ def from_result_message(message: Optional[str], previous: Optional[Mapping[str, 
 # ------------------------------------------------------------------------------------------ whom to scrape
 @dataclass(frozen=True)
 class Endpoint:
-    """A trainer pod's metrics address (from the pod: status.podIP and its container port named `metrics`)."""
+    """A pod's metrics address (from the pod: status.podIP and its container port named `metrics`): a trainer's
+    /metrics, or spec.cache's download pod's /progress (role `initializer`)."""
 
     pod: str
     ip: Optional[str]
     port: Optional[int]
     attempt: int = 0
     running: bool = False
+    role: str = contract.ROLE_TRAINER
 
     @property
     def url(self) -> str:
         host = f"[{self.ip}]" if self.ip and ":" in self.ip else self.ip
-        return f"http://{host}:{self.port}/metrics"
+        path = contract.STAGE_PROGRESS_PATH if self.role == contract.ROLE_INITIALIZER else "/metrics"
+        return f"http://{host}:{self.port}{path}"
 
 
 def endpoints_to_scrape(endpoints: Iterable[Endpoint], attempt: int, rank0_pod: Optional[str]) -> list[Endpoint]:
     """The running trainer pods of the current attempt that have an IP and a metrics port; only the known rank-0
     pod while it is still among them (one request per job per interval instead of one per node)."""
-    live = sorted((e for e in endpoints if e.running and e.ip and e.port and e.attempt == attempt),
-                  key=lambda e: e.pod)
+    live = sorted((e for e in endpoints if e.running and e.ip and e.port and e.attempt == attempt
+                   and e.role == contract.ROLE_TRAINER), key=lambda e: e.pod)
     known = [e for e in live if e.pod == rank0_pod]
     return known or live
+
+
+def stage_endpoint(endpoints: Iterable[Endpoint]) -> Optional[Endpoint]:
+    """spec.cache's download pod while it runs (with an IP and a port): where its live progress is; else None."""
+    return next((e for e in endpoints if e.role == contract.ROLE_INITIALIZER and e.running and e.ip and e.port), None)
 
 
 # ------------------------------------------------------------------------------------------ when to write

@@ -8,7 +8,8 @@ and vLLM pods only on PROCEED.
         pod        the observed initializer pod (PodInfo, role `initializer`, name render.initializer.pod_name) or None
         condition  the job's current `Staged` condition (a dict from status.conditions) or None
         retries    staging retries so far (status.stagingRetries; bounded by runPolicy.backoffLimit)
-        progress   the last GRPO_STAGE record of the pod's log (parse_record), for the message while it downloads
+        progress   the download pod's last GRPO_STAGE record (parse_record; the controller scrapes it from the pod's
+                   /progress), for the message while it downloads
 
 Rules:
 - no spec.cache, or nothing from the Hub (model and dataset are paths in the pod): PROCEED at once, no pod.
@@ -96,6 +97,8 @@ def progress_message(record: Optional[dict[str, Any]]) -> str:
     """'model org/x@main: 1.2 GB / 3.4 GB, 3/7 files' from a progress record; a plain line without one."""
     if not record or not record.get("item"):
         return "downloading the model and dataset into the cache"
+    if record.get("event") == "cached":
+        return f"{record['item']} is already in the cache"
     text = f"downloading {record['item']}"
     if record.get("totalBytes"):
         text += f": {_size(record.get('bytes'))} / {_size(record['totalBytes'])}"
@@ -136,7 +139,9 @@ def decide_staging(job: api.GRPOJob, pod: Optional[PodInfo], condition: Optional
     if pod.phase == PodPhase.SUCCEEDED:
         record = parse_record(pod.message)
         message = _staged_message(record)
-        event = (REASON_STAGED, f"{message}; pod {name}")
+        took = f"Staged in {record.get('seconds', 0)} s ({_size(record.get('bytes'))}): " \
+            if record and record.get("event") == "done" else ""
+        event = (REASON_STAGED, f"{took}{message}; pod {name}")
         return StagingDecision(Action.PROCEED, REASON_STAGED, message, _condition("True", REASON_STAGED, message),
                                event=event)
     failure = classify(pod)

@@ -31,8 +31,10 @@ def initializer_env(job: api.GRPOJob) -> list[dict[str, Any]]:
     return [e for e in env if e["name"] not in drop] + [{"name": "HF_HOME", "value": cache.CACHE_DIR}]
 
 
-def initializer_pod(job: api.GRPOJob, namespace: str, *, uid: str = "",
-                    image: str = manifests.DEFAULT_TRAINER_IMAGE) -> dict[str, Any]:
+def initializer_pod(job: api.GRPOJob, namespace: str, *, uid: str = "", image: str = manifests.DEFAULT_TRAINER_IMAGE,
+                    metrics_port: int = manifests.DEFAULT_METRICS_PORT) -> dict[str, Any]:
+    """`metrics_port`: the trainers' metrics port, where this pod answers GET /progress (the operator scrapes it into
+    the Staged condition while it downloads, as it scrapes the trainers; lifecycle/staging.py); 0: off."""
     spec = job.spec
     assert spec.cache is not None, "initializer_pod needs spec.cache"
     n = manifests.names(job.metadata.name or "")
@@ -44,10 +46,12 @@ def initializer_pod(job: api.GRPOJob, namespace: str, *, uid: str = "",
         "image": spec.image or image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", contract.STAGE_MODULE],
-        "args": ["--config", contract.CONFIG_FILE],
+        "args": ["--config", contract.CONFIG_FILE] + (["--progress-port", str(metrics_port)] if metrics_port else []),
         "env": initializer_env(job),
         "resources": DEFAULT_RESOURCES,
         "securityContext": manifests._container_security(),
+        **({"ports": [{"name": manifests.METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"}]}
+           if metrics_port else {}),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
                          {"name": "config", "mountPath": contract.CONFIG_DIR, "readOnly": True},
                          cache.writer_mount(spec.cache)],
@@ -70,9 +74,9 @@ def initializer_pod(job: api.GRPOJob, namespace: str, *, uid: str = "",
     }
 
 
-def render_initializer(job: api.GRPOJob, namespace: str, *, uid: str = "",
-                       image: str = manifests.DEFAULT_TRAINER_IMAGE) -> list[dict[str, Any]]:
+def render_initializer(job: api.GRPOJob, namespace: str, *, uid: str = "", image: str = manifests.DEFAULT_TRAINER_IMAGE,
+                       metrics_port: int = manifests.DEFAULT_METRICS_PORT) -> list[dict[str, Any]]:
     """[the initializer pod] when spec.cache is set and something comes from the Hub; [] otherwise."""
     if not cache.needs_initializer(job):
         return []
-    return [initializer_pod(job, namespace, uid=uid, image=image)]
+    return [initializer_pod(job, namespace, uid=uid, image=image, metrics_port=metrics_port)]

@@ -20,7 +20,7 @@ def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: st
     server's Service, the PodGroup of spec.scheduling.gang, pods (arguments: manifests.render)."""
     objs = manifests.render(job, topo, namespace, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port,
                             kueue_group=kueue_group)
-    objs[2:2] = initializer.render_initializer(job, namespace, uid=uid, image=image)
+    objs[2:2] = initializer.render_initializer(job, namespace, uid=uid, image=image, metrics_port=metrics_port)
     return objs
 
 

@@ -18,10 +18,7 @@ The transcript of every command goes to $GRPO_JOURNEY_TRANSCRIPT (default out/jo
 from __future__ import annotations
 
 import json
-import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,87 +28,20 @@ from tests.support.journey import (
     CHART,
     OP_NAMESPACE,
     RELEASE,
-    Transcript,
     User,
-    build_images,
-    chart_images,
-    install_chart,
     model_configmaps,
     progress_records,
     storage,
     tiny_job,
     webhook_config_name,
 )
-from tests.support.node import REPO, NodeCluster, NodeUnavailable, node_unavailable_reason, wait_for
+from tests.support.node import REPO, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the first test also builds and imports the images
 NS = "journey"
 # 0.05 s a step on a quiet machine, ~0.3 s under load: long enough to watch, kill past a checkpoint and resume
 MAX_STEPS, SAVE_STEPS = 400, 25
-TIMINGS: dict[str, float] = {}
-
-
-# -------------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def node() -> Iterator[NodeCluster]:
-    if not os.environ.get("GRPO_TEST_KUBECONFIG"):
-        reason = node_unavailable_reason()
-        if reason:
-            if os.environ.get("GRPO_TEST_REQUIRE_CLUSTER", "") not in ("", "0"):
-                pytest.fail(reason, pytrace=False)
-            pytest.skip(reason)
-    try:
-        with NodeCluster.start() as n:
-            yield n
-            TIMINGS.update({f"node_{k}": v for k, v in n.timings.items()})
-    except NodeUnavailable as exc:  # pragma: no cover - raced with the check above
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
-def transcript() -> Transcript:
-    path = Path(os.environ.get("GRPO_JOURNEY_TRANSCRIPT", REPO / "out" / "journey" / "transcript.txt"))
-    return Transcript(path)
-
-
-@pytest.fixture(scope="module")
-def user(node: NodeCluster, transcript: Transcript) -> Iterator[User]:
-    u = User(node, transcript)
-    op_image, trainer_image = chart_images()
-    if node.external:
-        transcript.note(f"external cluster ({node.kubeconfig}): images {op_image}, {trainer_image} must be loaded")
-    else:
-        t = time.monotonic()
-        archives = build_images(log=transcript.path.with_name("build-images.log"))
-        TIMINGS["build_images_s"] = time.monotonic() - t
-        TIMINGS["import_images_s"] = node.import_images([archives["operator"], archives["trainer"]])
-        have = node.images()
-        assert op_image in have and trainer_image in have, f"imported images: {sorted(have)}"
-        transcript.note(f"images imported in {TIMINGS['import_images_s']:.1f} s: {op_image}, {trainer_image}")
-    u.kubectl("get", "nodes", "-o", "wide")
-    yield u
-    # leave an external cluster as we found it (our own node is torn down whole)
-    if node.external:
-        u.kubectl("delete", "namespace", NS, "--wait=false", check=False)
-        u.helm("uninstall", RELEASE, "-n", OP_NAMESPACE, check=False)
-
-
-@pytest.fixture(scope="module")
-def release(user: User) -> Iterator[User]:
-    user.transcript.note("helm install: the chart with its defaults (images, RBAC, webhook through its Service)")
-    TIMINGS["helm_install_s"] = install_chart(user)
-    user.kubectl("get", "pods,svc,validatingwebhookconfiguration,mutatingwebhookconfiguration", "-n", OP_NAMESPACE)
-    user.kubectl("create", "namespace", NS)
-    yield user
-    # what the pods said, for the transcript's reader (the node's logs go with down.sh)
-    pods_dir = user.transcript.path.with_name("pods")
-    pods_dir.mkdir(exist_ok=True)
-    for ns in (NS, OP_NAMESPACE):
-        for p in (user.json("get", "pods", "-n", ns) or {}).get("items", []):
-            name = p["metadata"]["name"]
-            (pods_dir / f"{ns}_{name}.log").write_text(
-                user.kubectl("logs", "-n", ns, name, "--all-containers", quiet=True, check=False).stdout)
-    user.kubectl("get", "events", "-n", NS, "--sort-by=.lastTimestamp", check=False)
+TIMINGS: dict[str, float] = {}  # the fixtures (conftest.py) add theirs
 
 
 def pods_of(user: User, job: str, attempt: int | None = None) -> list[dict[str, Any]]:

@@ -1,20 +1,37 @@
 """spec.cache on the real control plane (kube-apiserver + GC + the real operator process): the download pod first, the
-trainers only after it Succeeded, no second download pod after a gang restart, a permanent Hub error fails the job.
-The test plays the kubelet through pods/status (tests/support/operator.py)."""
+trainers only after it Succeeded, no second download pod after a gang restart, a permanent Hub error fails the job,
+and the download's progress in the job's status while it runs. The test plays the kubelet through pods/status
+(tests/support/operator.py); a download pod it reports Running has 127.0.0.1 as its IP, where the test serves the
+pod's progress endpoint with the trainer image's own code (grpo_trainer/stage.py)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from grpo_trainer import contract
-from tests.support.cluster.util import wait_until
+from grpo_trainer import contract, stage
+from tests.support.cluster.util import free_port, wait_until
 from tests.support.jobs import manifest
-from tests.support.operator import get_job, pod_exit, pod_running, pods_of, wait_job
+from tests.support.operator import OperatorProcess, get_job, pod_exit, pod_running, pods_of, wait_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+PROGRESS_PORT = free_port()  # the operator's --trainer-metrics-port: where the download pod serves its progress
+
+
+@pytest.fixture(scope="module")
+def operator_process(crd: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """The operator as tests/support/operator.py starts it, scraping every second on a free metrics port."""
+    op = OperatorProcess(crd.kubeconfig, tmp_path_factory.mktemp("operator"), "--all-namespaces", "--json-logs",
+                         "--progress-interval", "1", "--trainer-metrics-port", str(PROGRESS_PORT), webhook=True,
+                         env={"GRPO_FORCE_DELETE_AFTER_SECONDS": "2"})
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
 
 DONE = contract.STAGE_PREFIX + json.dumps({"event": "done", "staged": ["model Qwen/Qwen2.5-0.5B-Instruct@main"],
                                            "cached": [], "bytes": 2_000_000, "seconds": 4.2})
@@ -99,3 +116,38 @@ def test_permanent_hub_error_fails_the_job(operator_process, kubectl, k8s_namesp
     # no trainer ever; the failed download pod stays for `kubectl logs`
     assert set(by_role(k, ns, "gated")) == {contract.ROLE_INITIALIZER}
     assert get_job(k, ns, "gated")["status"]["phase"] == "Failed"
+
+
+def test_the_download_progress_moves_in_the_status_while_the_pod_runs(operator_process, kubectl,
+                                                                      k8s_namespace) -> None:
+    k, ns = kubectl, k8s_namespace
+    k.apply(cached("prg"), "-n", ns)
+    [pod] = wait_until(lambda: by_role(k, ns, "prg").get(contract.ROLE_INITIALIZER), 30, 0.2, what="the download pod")
+    [c] = pod["spec"]["containers"]
+    assert c["args"][-2:] == ["--progress-port", str(PROGRESS_PORT)] and c["ports"][0]["name"] == "metrics"
+    server = stage.serve_progress(PROGRESS_PORT)
+    assert server is not None
+    try:
+        pod_running(k, ns, "prg-stage")
+        k.patch_status("pod", "prg-stage", {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}, "-n", ns)
+        item = "model Qwen/Qwen2.5-0.5B-Instruct@main"
+        for done, files in ((120_000_000, 2), (980_000_000, 5)):
+            stage.emit({"event": "progress", "item": item, "bytes": done, "totalBytes": 988_000_000, "files": files,
+                        "totalFiles": 6}, out=lambda line: None)
+            want = f"downloading {item}: {done / 1e6:.1f} MB / 988.0 MB, {files}/6 files"
+            st = wait_job(k, ns, "prg", lambda s, want=want: cond(s, "Staged").get("message") == want,
+                          what=want)["status"]
+            assert st["phase"] == "Pending" and st["message"] == want
+            assert want in k("get", "grpojob", "prg", "-n", ns, "-o", "wide").stdout  # the MESSAGE column
+    finally:
+        server.shutdown()
+        server.server_close()
+    pod_exit(k, ns, "prg-stage", 0, message=DONE)
+    wait_job(k, ns, "prg", lambda s: cond(s, "Staged").get("status") == "True")
+
+    def staged_event() -> Any:
+        evs = k.json("get", "events", "-n", ns, "--field-selector", "involvedObject.name=prg")["items"]
+        return [e for e in evs if e["reason"] == "Staged"] or None
+
+    assert wait_until(staged_event, 30, 0.5, what="the Staged event")[0]["message"].startswith(
+        "Staged in 4.2 s (2.0 MB): staged model Qwen/Qwen2.5-0.5B-Instruct@main")

@@ -95,6 +95,10 @@ def test_success_condition_and_event_give_size_and_time():
     d = decide_staging(job(), pod("Succeeded", exit_code=0, message=DONE), None, now=NOW)
     assert d.condition == {"type": "Staged", "status": "True", "reason": "Staged", "message": d.message}
     assert "2.5 GB in 41.2 s" in d.message and d.event and d.event[0] == "Staged"
+    assert d.event[1].startswith("Staged in 41.2 s (2.5 GB): staged ")  # the download's time, first in the event
+    # a pod whose termination message holds no summary (an older image): no time, still an event
+    d = decide_staging(job(), pod("Succeeded", exit_code=0), None, now=NOW)
+    assert d.event == ("Staged", "the cache holds the model and dataset; pod j-stage")
 
 
 def test_progress_while_downloading():
@@ -107,3 +111,6 @@ def test_progress_while_downloading():
     d = decide_staging(job(), pod("Pending", unschedulable="persistentvolumeclaim \"hf\" not found"), None, now=NOW)
     assert "not found" in d.message
     assert parse_record("no records") is None
+    assert progress_message({"event": "cached", "item": "dataset org/data@main"}) == \
+        "dataset org/data@main is already in the cache"
+    assert progress_message(None) == "downloading the model and dataset into the cache"  # before the first scrape

@@ -53,7 +53,13 @@ def test_initializer_pod():
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     [c] = spec["containers"]
     assert c["image"] == "img:1" and c["command"] == ["python", "-m", "grpo_trainer.stage"]
-    assert c["args"] == ["--config", contract.CONFIG_FILE]
+    # its live progress on the trainers' metrics port (GET /progress), which the operator scrapes while it downloads
+    assert c["args"] == ["--config", contract.CONFIG_FILE, "--progress-port", str(contract.METRICS_PORT)]
+    assert c["ports"] == [{"name": contract.METRICS_PORT_NAME, "containerPort": contract.METRICS_PORT,
+                           "protocol": "TCP"}]
+    [off] = initializer.render_initializer(res.job, "ns", metrics_port=0)  # the operator's --trainer-metrics-port 0
+    assert off["spec"]["containers"][0]["args"] == ["--config", contract.CONFIG_FILE]
+    assert "ports" not in off["spec"]["containers"][0]
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     env = _env(c)

@@ -93,3 +93,49 @@ def test_retries_stop_at_a_permanent_answer():
         with pytest.raises(TrainerError) as e:
             stage.with_retries(fail, stage.Item("model", "org/x"), attempts=5, backoff=1.0, sleep=sleeps.append)
         assert e.value.code == code and sleeps == []
+
+
+def test_meter_counts_partial_bytes_and_complete_files(tmp_path):
+    """Bytes from the blobs folder (a partial download counts), files from the snapshot's links (complete ones)."""
+    folder, sha = tmp_path / "models--org--tiny", "a" * 40
+    files = {"config.json": 10, "model.safetensors": 1000}
+    meter = stage._Meter(stage.Item("model", "org/tiny"), folder, files, sha)
+    assert meter.record() == {"item": "model org/tiny@main", "bytes": 0, "totalBytes": 1010, "files": 0,
+                              "totalFiles": 2}
+    (folder / "blobs").mkdir(parents=True)
+    (folder / "blobs" / "c0ffee").write_bytes(b"x" * 10)
+    (folder / "blobs" / "beef.incomplete").write_bytes(b"x" * 300)
+    (folder / "snapshots" / sha).mkdir(parents=True)
+    (folder / "snapshots" / sha / "config.json").symlink_to(folder / "blobs" / "c0ffee")
+    assert meter.record() | {"item": ""} == {"item": "", "bytes": 310, "totalBytes": 1010, "files": 1,
+                                             "totalFiles": 2}
+    assert meter.record(2)["files"] == 2
+
+
+def test_progress_endpoint_answers_the_last_record():
+    """GET /progress: the last GRPO_STAGE line, what the operator's scraper reads (lifecycle.staging.parse_record)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from tests.support.cluster.util import free_port
+
+    port = free_port()
+    server = stage.serve_progress(port)
+    assert server is not None
+    try:
+        lines: list[str] = []
+        rec = {"event": "progress", "item": "model org/tiny@main", "bytes": 5, "totalBytes": 9, "files": 1,
+               "totalFiles": 6}
+        stage.emit(rec, out=lines.append)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{contract.STAGE_PROGRESS_PATH}", timeout=5) as resp:
+            body = resp.read().decode()
+        assert body == lines[0] + "\n" and json.loads(body[len(contract.STAGE_PREFIX):]) == rec
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        assert e.value.code == 404
+        # a port that cannot be bound only loses the live progress: a warning, no exception
+        assert stage.serve_progress(port) is None
+    finally:
+        server.shutdown()
+        server.server_close()
