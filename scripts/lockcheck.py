@@ -90,9 +90,9 @@ def closure(roots: list[Requirement], dists: dict[str, md.Distribution]) -> tupl
     return reached, missing
 
 
-def problems() -> tuple[list[str], list[str]]:
+def problems(lock_path: Path = LOCK) -> tuple[list[str], list[str]]:
     """(what differs from the lock, as messages; the stray distributions' names)."""
-    lock, dists = lock_entries(), installed()
+    lock, dists = lock_entries(lock_path), installed()
     errors = [f"{n}: the lock has {v}, installed {dists[n].version if n in dists else 'nothing'}"
               for n, v in sorted(lock.items()) if n not in dists or dists[n].version != v]
     errors += [f"{n}: installed, but the CPU lock leaves it out (scripts/lock.sh)" for n in sorted(EXCLUDED & set(dists))]
