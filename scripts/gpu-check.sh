@@ -6,7 +6,7 @@
 #      /health; the trainer in server mode pointed at it: TRL's NCCL weight sync into the server, training to the end;
 #   3-4. the same with LoRA (spec.peft): the merged weights reach vLLM colocate and the server, the adapter is saved.
 # The model is examples/local-tiny (built offline by build_assets.py) unless GPU_CHECK_MODEL names another path.
-# Needs a Python with the CUDA lock installed (trainer_image/requirements-cuda.txt + this project):
+# Needs a Python with the CUDA lock installed (trainer_image/lock-cuda.txt + this project):
 #   PYTHON=/opt/venv/bin/python bash scripts/gpu-check.sh      # e.g. inside the CUDA trainer image
 # With one GPU the server and the trainer share it (NCCL may refuse two ranks on one device: the script then says so).
 set -euo pipefail
