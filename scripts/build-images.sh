@@ -143,8 +143,8 @@ bh() { buildah --root "$BROOT/storage" --runroot "$BROOT/run" --storage-driver o
 cleanup() { [ -z "${BASE_PID:-}" ] || kill "$BASE_PID" 2>/dev/null || true
   [ -d "$BROOT" ] && { bh rm --all >/dev/null 2>&1 || true; } || true; }
 trap cleanup EXIT
-GENERATION=$({ cat "$REPO"/trainer_image/requirements*.txt "$REPO/operator/requirements.txt"; base_hash operator; \
-  base_hash trainer; } | sha256sum | cut -c1-16)
+GENERATION=$({ cat "$REPO"/trainer_image/requirements*.txt "$REPO"/trainer_image/lock-*.txt \
+  "$REPO/operator/requirements.txt"; base_hash operator; base_hash trainer; } | sha256sum | cut -c1-16)
 if [ -d "$BROOT" ] && [ "$(cat "$BROOT/generation" 2>/dev/null)" != "$GENERATION" ]; then
   bh rm --all >/dev/null 2>&1 || true; bh rmi --all --force >/dev/null 2>&1 || true; rm -rf "$BROOT"
 fi
@@ -202,8 +202,8 @@ build_one() {  # build_one NAME DOCKERFILE IMAGE BASEKIND ALIAS -- BUILDARG...
 
 OP_PATHS=(pyproject.toml README.md operator/requirements.txt operator/grpo_operator trainer_image/grpo_trainer)
 OP=(grpo-operator operator/Dockerfile "$OP_IMAGE" operator "" --)
-TR_PATHS=(trainer_image/requirements.txt trainer_image/requirements-cpu.txt trainer_image/requirements-cuda.txt
-          trainer_image/vllm-dist-alias/pyproject.toml trainer_image/grpo_trainer)
+TR_PATHS=(trainer_image/lock-cpu.txt trainer_image/lock-cuda.txt trainer_image/vllm-dist-alias/pyproject.toml
+          trainer_image/grpo_trainer)
 TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
 # torch's CPU wheel from the host's wheel folder when it holds one (its index may be unreachable from here).
 [ -n "$WHEELS_DIR" ] && ls "$WHEELS_DIR"/torch-*+cpu-*.whl >/dev/null 2>&1 && TORCH_CPU_INDEX=""

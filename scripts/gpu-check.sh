@@ -9,7 +9,7 @@
 #      accepted by GRPOConfig and trained under torchrun on up to 2 GPUs with vLLM colocated (ZeRO-3: the gathered
 #      weights reach vLLM, a full model is saved). ZeRO-3 needs deepspeed in this Python (the CUDA lock must ship it).
 # The model is examples/local-tiny (built offline by build_assets.py) unless GPU_CHECK_MODEL names another path.
-# Needs a Python with the CUDA lock installed (trainer_image/requirements-cuda.txt + this project):
+# Needs a Python with the CUDA lock installed (trainer_image/lock-cuda.txt + this project):
 #   PYTHON=/opt/venv/bin/python bash scripts/gpu-check.sh      # e.g. inside the CUDA trainer image
 # With one GPU the server and the trainer share it (NCCL may refuse two ranks on one device: the script then says so).
 set -euo pipefail

