@@ -139,8 +139,9 @@ def decide_staging(job: api.GRPOJob, pod: Optional[PodInfo], condition: Optional
     if pod.phase == PodPhase.SUCCEEDED:
         record = parse_record(pod.message)
         message = _staged_message(record)
+        # the download's time, when something was downloaded (a cache hit took nothing worth reporting)
         took = f"Staged in {record.get('seconds', 0)} s ({_size(record.get('bytes'))}): " \
-            if record and record.get("event") == "done" else ""
+            if record and record.get("event") == "done" and record.get("staged") else ""
         event = (REASON_STAGED, f"{took}{message}; pod {name}")
         return StagingDecision(Action.PROCEED, REASON_STAGED, message, _condition("True", REASON_STAGED, message),
                                event=event)

@@ -96,6 +96,11 @@ def test_success_condition_and_event_give_size_and_time():
     assert d.condition == {"type": "Staged", "status": "True", "reason": "Staged", "message": d.message}
     assert "2.5 GB in 41.2 s" in d.message and d.event and d.event[0] == "Staged"
     assert d.event[1].startswith("Staged in 41.2 s (2.5 GB): staged ")  # the download's time, first in the event
+    # a cache hit: nothing downloaded, so no "Staged in 0.001 s (0 B)" noise, only what the cache held
+    hit = contract.STAGE_PREFIX + json.dumps({"event": "done", "staged": [], "cached": ["model org/tiny@main"],
+                                              "bytes": 0, "seconds": 0.001})
+    d = decide_staging(job(), pod("Succeeded", exit_code=0, message=hit), None, now=NOW)
+    assert d.event and d.event[1].startswith("already cached: model org/tiny@main; pod ")
     # a pod whose termination message holds no summary (an older image): no time, still an event
     d = decide_staging(job(), pod("Succeeded", exit_code=0), None, now=NOW)
     assert d.event == ("Staged", "the cache holds the model and dataset; pod j-stage")
