@@ -310,6 +310,8 @@ class Controller:
             await self._end_kueue_group(key[0], pod)
         uids = {p.name: p.uid for p in pods}
         names = [n for n in lifecycle.decision.deleted_job_pods(view, pods) if self.deletes.allow((key[0], n))]
+        if names:
+            log.info("%s/%s deleted: deleting its pods %s", key[0], key[1], ", ".join(names))
         await asyncio.gather(*(self._delete_pod(key[0], n, uids.get(n)) for n in names), return_exceptions=True)
 
     async def _end_kueue_group(self, ns: str, pod: str) -> None:

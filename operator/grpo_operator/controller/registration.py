@@ -76,8 +76,8 @@ def register(registry: kopf.OperatorRegistry, controller: ControllerLike) -> Non
         meta = raw.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
         if event.get("type") == "DELETED":
+            controller.forget(key)  # first: a reconcile queued meanwhile must not act on the deleted job's old body
             await controller.release_deleted_job(key, raw)
-            controller.forget(key)
             return
         controller.observe_job(raw)
         controller.kick(key)

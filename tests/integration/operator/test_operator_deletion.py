@@ -42,11 +42,11 @@ def test_a_deleted_jobs_pods_are_deleted_by_the_operator_running_or_finished(con
             t0 = time.monotonic()
             k("delete", "grpojob", job, "-n", ns, "--wait=true", "--timeout=30s")
             try:
-                wait_until(_no_pods(k, ns, job), 15, 0.2, what=f"the pods of deleted job {job} gone")
+                wait_until(_no_pods(k, ns, job), 30, 0.2, what=f"the pods of deleted job {job} gone")
             except TimeoutError:
                 print(op.log(60))
                 raise
-            assert time.monotonic() - t0 < 15
+            assert time.monotonic() - t0 < 30  # seconds, not the 120 s grace period or the collector's lag
         # the ConfigMap and Service stay for the garbage collector (none runs here): only the pods were ours to hurry
         assert k.exists("configmap", "run-config", "-n", ns)
     finally:
