@@ -16,7 +16,7 @@ The rules (TRL 1.16, transformers 5, torch AdamW under DDP: every rank holds a f
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from .. import api
@@ -70,8 +70,7 @@ class MemoryEstimate:
     def total_gib(self, *, lora: Optional[bool] = None) -> Optional[float]:
         if self.parameters is None or self.bytes_per_weight is None:
             return None
-        est = self if lora is None else MemoryEstimate(**{**self.__dict__, "lora": lora,
-                                                          "reference_copy": self.reference_copy and not lora})
+        est = self if lora is None else replace(self, lora=lora, reference_copy=self.reference_copy and not lora)
         copies = sum(n for _, n in est.copies())
         per_gpu = copies * self.parameters * self.bytes_per_weight / GIB
         return per_gpu / self.world_size if self.sharded else per_gpu
