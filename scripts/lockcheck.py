@@ -18,6 +18,7 @@ import importlib.metadata as md
 import re
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from packaging.markers import Marker
@@ -63,8 +64,18 @@ def input_requirements(path: Path = INPUTS) -> list[Requirement]:
     return reqs
 
 
+def site_dirs() -> list[str]:
+    """This environment's site-packages. Not sys.path: an imported setuptools appends its _vendor folder, whose
+    metadata (packaging 24.2, jaraco-*, ...) describes no installed distribution."""
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+
+
 def installed() -> dict[str, md.Distribution]:
-    return {canonical(d.metadata["Name"]): d for d in md.distributions()}
+    out: dict[str, md.Distribution] = {}
+    for d in md.distributions(path=site_dirs()):
+        out.setdefault(canonical(d.metadata["Name"]), d)  # the first on the path wins, as for an import
+    return out
 
 
 def closure(roots: list[Requirement], dists: dict[str, md.Distribution]) -> tuple[set[str], set[str]]:

@@ -35,6 +35,7 @@ def stage_pod_doc(port: int, phase: str = "Running") -> dict[str, Any]:
 
 @pytest.fixture
 def served():
+    stage._Latest.line = ""  # the record a test before this one emitted in this process (the server is process-wide)
     port = free_port()
     server = stage.serve_progress(port)
     assert server is not None
