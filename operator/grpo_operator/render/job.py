@@ -15,11 +15,11 @@ from . import initializer, manifests
 def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
            image: str = manifests.DEFAULT_TRAINER_IMAGE, attempt: int = 0,
            metrics_port: int = manifests.DEFAULT_METRICS_PORT,
-           kueue_group: Optional[str] = None) -> list[dict[str, Any]]:
+           kueue_group: Optional[str] = None, kueue_server_group: Optional[str] = None) -> list[dict[str, Any]]:
     """In creation order: ConfigMap, Service, the download pod (spec.cache with something from the Hub), the vLLM
     server's Service, the PodGroup of spec.scheduling.gang, pods (arguments: manifests.render)."""
     objs = manifests.render(job, topo, namespace, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port,
-                            kueue_group=kueue_group)
+                            kueue_group=kueue_group, kueue_server_group=kueue_server_group)
     objs[2:2] = initializer.render_initializer(job, namespace, uid=uid, image=image, metrics_port=metrics_port)
     return objs
 
