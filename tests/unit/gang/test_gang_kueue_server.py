@@ -223,8 +223,10 @@ def test_a_kueue_eviction_replaces_both_without_charging_the_job() -> None:
     assert sorted(d.delete_pods) == ["job-node-0", "job-node-1", "job-vllm-0"]
 
 
-def _evicted(rank: int) -> dict[str, Any]:
-    pb = pod_body("job", rank, "Running", uid=UID)
+def _evicted(rank: int, attempt: int = 0) -> dict[str, Any]:
+    pb = pod_body("job", rank, "Running", uid=UID, attempt=attempt)
+    if attempt:
+        pb["metadata"]["name"] += f"-a{attempt}"
     pb["metadata"]["labels"].update({**KUEUE, g.KUEUE_GROUP_NAME_LABEL: TRAINER_GROUP})
     pb["status"]["conditions"] = [{"type": g.KUEUE_TERMINATION_TARGET, "status": "True", "reason": "WorkloadEvicted",
                                    "message": "Preempted"}]
@@ -248,3 +250,30 @@ def test_a_job_from_an_older_release_with_one_shared_group_restarts_all_into_two
     assert d.create_pods == ["job-vllm-0-a1"] and d.kueue_server_group == "job-uid1-vllm-a1"
     d = decide(then(b, d), [*old, server(attempt=1, group="job-uid1-vllm-a1")], T0 + dt.timedelta(seconds=13))
     assert d.create_pods == ["job-node-0-a1", "job-node-1-a1"] and d.kueue_group == "job-uid1-a1"
+
+
+@pytest.mark.parametrize("how", ["eviction", "suspend"])
+def test_a_kept_server_ended_by_an_eviction_or_a_suspend_is_not_reported_wedged(how: str) -> None:
+    """Neither keeps the server: the next attempt starts with a new one, server first, without a VllmServerWedged
+    warning about the old one."""
+    b = body({**RUNNING, "restarts": 1, "vllmServerAttempt": 0}, **({"suspend": True} if how == "suspend" else {}))
+    ran = [server(), *trainers(attempt=1)]
+    if how == "eviction":
+        ran[1:] = [lc.summarize_pod(_evicted(r, attempt=1)) for r in range(2)]
+    d = decide(b, ran)
+    assert "vllmServerAttempt" not in d.status and "job-vllm-0" in d.delete_pods
+    if how == "suspend":
+        b = then(b, d)
+        b["spec"]["runPolicy"]["suspend"] = False
+        ran = [server("Failed", exit_code=143, deleting=True, unretriable=True),
+               *trainers("Failed", attempt=1, exit_code=143, deleting=True)]
+        ran[1] = kpod(0, "Failed", attempt=1, exit_code=143, deleting=True, unretriable=True)
+    else:
+        b = then(b, d)
+        ran = [server("Failed", exit_code=143, deleting=True), *trainers("Failed", attempt=1, exit_code=143,
+                                                                         deleting=True)]
+    d = decide(b, ran, T0 + dt.timedelta(seconds=1))
+    assert d.create_pods == ["job-vllm-0-a2"] and not any(e.reason == so.SERVER_WEDGED for e in d.events)
+    # after a suspend the ended groups are not joined again; after an eviction the server's group is
+    assert d.kueue_server_group == ("job-uid1-vllm-a2" if how == "suspend" else SERVER_GROUP)
+
