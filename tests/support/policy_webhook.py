@@ -43,7 +43,7 @@ class PolicyWebhook:
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 request = review["request"]
                 found = violations(request.get("object") or {})
