@@ -336,7 +336,7 @@ class Controller:
         uid = (body.get("metadata") or {}).get("uid", "")
         objs = render_job.render(res.job, res.topology, ns, uid=uid, image=self.config.image, attempt=attempt,
                                  metrics_port=self.config.trainer_metrics_port, kueue_group=kueue_group,
-                                 kueue_server_group=kueue_server_group)
+                                 kueue_server_group=kueue_server_group, network_policy=self.config.network_policy())
         too_large = render_job.oversized(objs)
         if too_large:  # the server would refuse it: say so without sending anything
             refused.note(self, key, manifests.names(name).config_map, too_large, body)
