@@ -41,10 +41,11 @@ MODULES: dict[str, Optional[str]] = {
 
 # What each image installs of MODULES (trainer_image/requirements*.txt and their dependencies; docs/images.md).
 # The CPU image removes triton (no CPU backend); torch's CUDA wheel brings it. DeepSpeed only in the CUDA image (it
-# has no CPU path). trackio and mlflow are in neither (docs/images.md says why).
+# has no CPU path). mlflow is in neither (docs/images.md says why).
 IMAGE_PACKAGES: dict[Variant, frozenset[str]] = {
-    "cpu": frozenset({"peft", "rich", "pandas", "huggingface-hub", "tensorboard", "wandb"}),
-    "cuda": frozenset({"peft", "rich", "pandas", "huggingface-hub", "tensorboard", "wandb", "triton", "deepspeed"}),
+    "cpu": frozenset({"peft", "rich", "pandas", "huggingface-hub", "tensorboard", "wandb", "trackio"}),
+    "cuda": frozenset({"peft", "rich", "pandas", "huggingface-hub", "tensorboard", "wandb", "trackio", "triton",
+                       "deepspeed"}),
 }
 # Packages a variant is meant to ship but its lock does not name yet: a spec needing one is warned about, not
 # refused, on that variant. A test fails once the lock names it: then move it into IMAGE_PACKAGES.

@@ -1,4 +1,4 @@
-"""reportTo in real runs with the CPU image's lock (tensorboard and wandb are in both images): TensorBoard's event
+"""reportTo in real runs with the CPU image's lock (tensorboard, wandb and trackio are in both images): TensorBoard's event
 files land on the output volume, one directory per attempt (grpo_trainer/tracking.py), and hold the steps the trainer
 reported; wandb in offline mode writes its run (id = the job's uid) there and opens no connection."""
 
@@ -46,3 +46,27 @@ def test_wandb_offline_keeps_the_run_on_the_output_volume_and_calls_nobody(tiny_
     runs = list((tmp_path / "out" / "wandb").glob(f"offline-run-*-{uid}"))
     assert len(runs) == 1 and (runs[0] / f"run-{uid}.wandb").stat().st_size > 0, \
         sorted(str(p) for p in (tmp_path / "out").rglob("*wandb*"))
+
+
+def test_trackio_keeps_its_run_on_the_output_volume_and_calls_nobody(tiny_config, tmp_path):
+    import sqlite3
+
+    cfg = tiny_config(training_kw={"report_to": ["trackio"], "max_steps": 2, "save_steps": 2},
+                      job={"name": "tk", "namespace": "default", "uid": "0c5d8a3e-1f2b-4c6d-8e9f-a0b1c2d3e4f5"})
+    with socket.socket() as trap:  # the Hub (a Space would be made there) and any proxy point here
+        trap.bind(("127.0.0.1", 0))
+        trap.listen(8)
+        trap.setblocking(False)
+        url = f"http://127.0.0.1:{trap.getsockname()[1]}"
+        r = run(trainer_cmd(cfg), timeout=180, HF_ENDPOINT=url, HTTPS_PROXY=url, HTTP_PROXY=url, HOME=tmp_path)
+        assert r.returncode == 0, r
+        with pytest.raises(BlockingIOError):
+            trap.accept()
+    dbs = list((tmp_path / "out" / "trackio").rglob("*.db"))
+    assert dbs, sorted(str(p) for p in (tmp_path / "out").rglob("*"))
+    with sqlite3.connect(dbs[0]) as db:  # the run is named after the job and holds a row per logged step
+        tables = {t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert "metrics" in tables, tables
+        runs = {n for (n,) in db.execute("SELECT DISTINCT run_name FROM metrics")}
+        steps = db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0]
+    assert runs == {"tk"} and steps >= 2, (runs, steps)

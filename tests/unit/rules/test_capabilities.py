@@ -121,10 +121,10 @@ def test_every_tracker_and_optimizer_transformers_knows_is_in_the_table() -> Non
 
 def test_lists_custom_images_and_the_cpu_image_on_gpus() -> None:
     doc = manifest("j")
-    doc["spec"]["training"]["reportTo"] = ["none", "trackio"]
+    doc["spec"]["training"]["reportTo"] = ["none", "mlflow"]
     res = validation.validate(doc)
-    assert [e.field for e in res.errors] == ["spec.training.reportTo"] and "trackio" in res.errors[0].message
-    doc["spec"]["training"]["reportTo"] = ["all"]  # every tracker the image installs: tensorboard, wandb
+    assert [e.field for e in res.errors] == ["spec.training.reportTo"] and "mlflow" in res.errors[0].message
+    doc["spec"]["training"]["reportTo"] = ["all"]  # every tracker the image installs: tensorboard, wandb, trackio
     doc["spec"]["template"] = {"env": [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "w"}}}]}
     doc["spec"]["image"] = "ghcr.io/grpo-operator/grpo-trainer:0.1.0-cpu"
     res = validation.validate(doc)
