@@ -58,7 +58,7 @@ rc=0; wait "$A_PID" || rc=$?
 echo "gpu-check: trainer A SIGKILLed (exit $rc)"
 probe_server || { tail -30 "$WORK/server.log"; echo "gpu-check: kept server: the engine probe FAILED after an idle kill"; exit 1; }
 # Trainer B: a new process group, the next attempt, the same server and output dir.
-GRPO_ATTEMPT=1 CUDA_VISIBLE_DEVICES=0 setsid timeout 300 "$PY" -m grpo_trainer --config "$WORK/restart.json" \
+GRPO_ATTEMPT=1 CUDA_VISIBLE_DEVICES=0 setsid -w timeout 300 "$PY" -m grpo_trainer --config "$WORK/restart.json" \
   > "$WORK/restart-b.log" 2>&1 \
   || { tail -30 "$WORK/restart-b.log"; echo "gpu-check: kept server: trainer B FAILED"; exit 1; }
 "$PY" - "$WORK/restart-b.log" "$KILLED_AT" "${SERVER_START_S:-?}" <<'PY'
@@ -90,7 +90,7 @@ d["training"]["max_steps"] = 6; print(json.dumps(d))' "$WORK/server.json" > "$WO
 # The hook: TRL's 3rd weight sync (after two steps) posts /update_weights (the workers enter the NCCL receive) and
 # broadcasts; the trainer kills itself once that request is fully sent (urllib3's getresponse) and half the tensors
 # are handed to the broadcast.
-CUDA_VISIBLE_DEVICES=0 setsid timeout 300 "$PY" - "$WORK/midsync.json" > "$WORK/midsync.log" 2>&1 <<'PY' || true
+CUDA_VISIBLE_DEVICES=0 setsid -w timeout 300 "$PY" - "$WORK/midsync.json" > "$WORK/midsync.log" 2>&1 <<'PY' || true
 import os, signal, sys, threading
 import urllib3.connection
 from trl.generation import vllm_client
@@ -115,6 +115,7 @@ def update_named_params(self, metadata, named_params):
     syncs += 1
     if syncs < 3:
         return original_update(self, metadata, named_params)
+    sent.clear()  # set by the earlier syncs' requests: wait for this one's
     def dying():
         for i, item in enumerate(named_params):
             yield item
@@ -140,7 +141,7 @@ echo "gpu-check: OBSERVATION: after a kill inside a weight sync the engine probe
 "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["outputDir"] += "-next"; print(json.dumps(d))' \
   "$WORK/midsync.json" > "$WORK/midsync-next.json"
 rc=0
-CUDA_VISIBLE_DEVICES=0 setsid timeout 180 "$PY" -m grpo_trainer --config "$WORK/midsync-next.json" \
+CUDA_VISIBLE_DEVICES=0 setsid -w timeout 150 "$PY" -m grpo_trainer --config "$WORK/midsync-next.json" \
   > "$WORK/midsync-next.log" 2>&1 || rc=$?
 if [ "$rc" = 0 ]; then echo "gpu-check: OBSERVATION: the next trainer trained to the end against that server"
 else tail -5 "$WORK/midsync-next.log"; echo "gpu-check: OBSERVATION: the next trainer failed against that server (exit $rc)"; fi

@@ -16,7 +16,8 @@
 #   8. an observation, not a pass: a trainer SIGKILLed in the middle of a weight sync (a hook in its
 #      update_named_params, once the server has the update request) and what the engine probe then sees (the
 #      wedge rule); then whether a next trainer can still train against that server. Runs last: it may wedge the server.
-# GPU_CHECK_CASES="2 7 8" runs only those cases (default: all).
+# GPU_CHECK_CASES="2 7 8" runs only those cases (default: all; the server starts for any of 2, 4, 7, 8): a short
+# device lease fits cases 2, 7 and 8.
 # The model is examples/local-tiny (built offline by build_assets.py) unless GPU_CHECK_MODEL names another path.
 # Needs a Python with the CUDA lock installed (trainer_image/lock-cuda.txt + this project):
 #   PYTHON=/opt/venv/bin/python bash scripts/gpu-check.sh      # e.g. inside the CUDA trainer image
