@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from .. import api
 from . import certs
+from ..rules.limits import NO_LIMITS, Limits
 from .review import Review, review
 
 log = logging.getLogger("grpo_operator.webhook")
@@ -40,8 +41,10 @@ class RefusalIsNotAnError(logging.Filter):
 _REFUSAL_FILTER = RefusalIsNotAnError()
 
 
-def register(registry: Any, on_review: Optional[Callable[[str, Review], None]] = None) -> None:
-    """`on_review(operation, review)` is called for every review (the controller counts them in its metrics)."""
+def register(registry: Any, on_review: Optional[Callable[[str, Review], None]] = None,
+             limits: Limits = NO_LIMITS) -> None:
+    """`on_review(operation, review)` is called for every review (the controller counts them in its metrics);
+    `limits`: the operator's policy (GRPO_MAX_NODES_PER_JOB), the same the controller applies."""
     import kopf
 
     # kopf's per-object logger (a LoggerAdapter over "kopf.objects"): filters on a logger see its own records
@@ -53,7 +56,7 @@ def register(registry: Any, on_review: Optional[Callable[[str, Review], None]] =
                                operation: Optional[str] = None, **_: Any) -> None:
         new_d = dict(new) if new is not None else (dict(body) if body is not None else None)
         old_d = dict(old) if old is not None else None
-        r = review(operation or "", new_d, old_d)
+        r = review(operation or "", new_d, old_d, limits)
         if on_review is not None:
             on_review(operation or "", r)
         warnings.extend(r.warnings)
