@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from .. import api
-from . import certs
 from ..rules.limits import NO_LIMITS, Limits
+from . import certs
 from .review import Review, review
 
 log = logging.getLogger("grpo_operator.webhook")
