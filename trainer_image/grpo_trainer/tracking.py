@@ -21,11 +21,15 @@ from collections.abc import Iterable, Mapping
 
 from .contract import ATTEMPT_ENV
 
+TRACKERS = ("tensorboard", "wandb", "trackio")  # the report_to integrations the images ship (docs/images.md)
+
 
 def environment(report_to: Iterable[str], output_dir: str, job_uid: str, env: Mapping[str, str],
                 now: float | None = None) -> dict[str, str]:
     """The environment variables to set (those not already in `env`) for the integrations in `report_to`."""
     wanted = set(report_to or ())
+    if "all" in wanted:  # transformers' "all": every integration installed (the images ship these three)
+        wanted |= set(TRACKERS)
     attempt = env.get(ATTEMPT_ENV, "")
     out: dict[str, str] = {}
     if "tensorboard" in wanted:

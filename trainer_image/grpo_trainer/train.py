@@ -137,6 +137,8 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     if checkpoint and 0 < args.max_steps <= resume.step_of(checkpoint):
         _save_finished(cfg, args, tokenizer, checkpoint, trust)
         return 0, None
+    # Before TRL's trainer module is imported: it imports trackio, which reads TRACKIO_DIR once, at import.
+    _tracking_and_history(cfg, args, checkpoint)
     # 4. The model and the trainer (vLLM's CPU settings go in before TRL imports vLLM).
     #    The policy goes to TRL as its id, as TRL's grpo.py does: TRL loads it with model_init_kwargs (dtype,
     #    attn_implementation, revision, trust_remote_code) after GRPOConfig, like the reference model.
@@ -153,7 +155,6 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     if preempt.requested():
         log("SIGTERM during setup: exiting 143 (retryable) before training")
         return PREEMPTED, None
-    _tracking_and_history(cfg, args, checkpoint)
     preemption = preempt.PreemptionCallback()
     callbacks: list[Any] = [preemption]
     progress = ProgressCallback(print_lines=cfg.progress, metrics=metrics) \

@@ -57,6 +57,15 @@ app.kubernetes.io/name: {{ include "grpo-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The selector labels as k=v,k2=v2 (GRPO_OPERATOR_POD_LABELS: the per-job NetworkPolicies admit these pods). */}}
+{{- define "grpo-operator.selectorLabelPairs" -}}
+{{- $pairs := list }}
+{{- range $k, $v := include "grpo-operator.selectorLabels" . | fromYaml }}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end -}}
+
 {{- define "grpo-operator.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "grpo-operator.selectorLabels" . }}
@@ -122,6 +131,13 @@ The reason for each is in docs/install.md ("RBAC").
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- if .Values.networkPolicy.perJob }}
+# each job's NetworkPolicy (networkPolicy.perJob): created with its other children, get as for them (owner check);
+# never deleted by the operator: it is owned by the job and garbage-collected with it
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create"]
+{{- end }}
 {{- end -}}
 
 {{/*

@@ -12,7 +12,7 @@ import yaml
 
 from ..api import crd
 from ..render import job as render_job
-from ..render import manifests, vllm_server
+from ..render import manifests, netpol, vllm_server
 from ..rules import memory, validation
 from . import documents
 
@@ -153,6 +153,13 @@ def cmd_render(args: argparse.Namespace) -> int:
     except documents.DocumentError as exc:
         print(f"{args.file}: error: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
+    try:
+        access = None if args.no_network_policy else netpol.Access(
+            operator_namespace=args.operator_namespace,
+            operator_labels=netpol.parse_labels("--operator-labels", args.operator_labels))
+    except ValueError as exc:
+        print(f"grpojob render: error: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
     objects: list[dict[str, Any]] = []
     code = EXIT_OK
     for doc in docs:
@@ -164,7 +171,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             code = EXIT_UNREADABLE if res.not_a_grpojob else max(code, EXIT_INVALID)
             continue
         objects += render_job.render(res.job, res.topology, _namespace(doc.body, args.namespace), image=args.image,
-                                     attempt=args.attempt)
+                                     attempt=args.attempt, network_policy=access)
     if code != EXIT_OK:
         return code
     if not objects:
@@ -204,6 +211,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--attempt", type=_attempt, default=0, metavar="N",
                    help="the objects of attempt N (status.restarts after N gang restarts; default 0): its pod names "
                         "under Kueue, its annotations and rendezvous id")
+    r.add_argument("--no-network-policy", action="store_true",
+                   help="without the job's NetworkPolicy (as an operator with GRPO_JOB_NETWORK_POLICY=0 / the "
+                        "chart's networkPolicy.perJob=false)")
+    r.add_argument("--operator-namespace", default=netpol.DEFAULT_OPERATOR_NAMESPACE, metavar="NS",
+                   help="the operator's namespace, admitted by the NetworkPolicy (default %(default)s)")
+    r.add_argument("--operator-labels", metavar="K=V,…",
+                   default=",".join(f"{k}={v}" for k, v in netpol.DEFAULT_OPERATOR_LABELS.items()),
+                   help="the operator pods' labels, admitted by the NetworkPolicy (default: the chart's for release "
+                        "grpo-operator, %(default)s)")
     r.set_defaults(func=cmd_render)
 
     run = sub.add_parser("run", help="run the job on this machine (torchrun with the pods' arguments)")

@@ -287,7 +287,7 @@ class Controller:
     async def _create_decided(self, key: Key, body: dict[str, Any], res: validation.ValidationResult,
                               dec: lifecycle.Decision) -> None:
         await self._create(key, body, res, dec.create_attempt, dec.create_pods,  # type: ignore[arg-type]
-                           dec.kueue_group)
+                           dec.kueue_group, dec.kueue_server_group)
 
     async def _delete_pod(self, ns: str, name: str, uid: Optional[str], grace_seconds: Optional[int] = None) -> None:
         assert self.kube is not None
@@ -329,12 +329,14 @@ class Controller:
                         "(chart: rbac.kueue=true)", ns, pod, exc)
 
     async def _create(self, key: Key, body: dict[str, Any], res: validation.ValidationResult, attempt: int,
-                      pod_names: list[str], kueue_group: Optional[str] = None) -> None:
+                      pod_names: list[str], kueue_group: Optional[str] = None,
+                      kueue_server_group: Optional[str] = None) -> None:
         assert self.kube is not None and res.job is not None and res.topology is not None
         ns, name = key
         uid = (body.get("metadata") or {}).get("uid", "")
         objs = render_job.render(res.job, res.topology, ns, uid=uid, image=self.config.image, attempt=attempt,
-                                 metrics_port=self.config.trainer_metrics_port, kueue_group=kueue_group)
+                                 metrics_port=self.config.trainer_metrics_port, kueue_group=kueue_group,
+                                 kueue_server_group=kueue_server_group, network_policy=self.config.network_policy())
         too_large = render_job.oversized(objs)
         if too_large:  # the server would refuse it: say so without sending anything
             refused.note(self, key, manifests.names(name).config_map, too_large, body)

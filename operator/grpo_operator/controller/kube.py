@@ -73,6 +73,9 @@ def decode_lines(buffer: bytearray, chunk: bytes) -> list[dict[str, Any]]:
 
 # Objects of other API groups the operator creates (the gang schedulers' PodGroups): kind → plural.
 GROUP_PLURALS = {"PodGroup": "podgroups"}
+# Built-in kinds outside the core group the operator creates: kind → (group/version, plural). Not GROUP_PLURALS: a
+# refusal of these is reported like a Service's (no "install the CRD" path).
+BUILTIN_PLURALS = {"NetworkPolicy": ("networking.k8s.io/v1", "networkpolicies")}
 
 
 def path_for(kind: str, namespace: str, name: Optional[str] = None, subresource: Optional[str] = None,
@@ -81,6 +84,9 @@ def path_for(kind: str, namespace: str, name: Optional[str] = None, subresource:
         base = f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{quote(namespace)}/{api.PLURAL}"
     elif kind in GROUP_PLURALS and api_version and "/" in api_version:
         base = f"/apis/{api_version}/namespaces/{quote(namespace)}/{GROUP_PLURALS[kind]}"
+    elif kind in BUILTIN_PLURALS:
+        group_version, plural = BUILTIN_PLURALS[kind]
+        base = f"/apis/{group_version}/namespaces/{quote(namespace)}/{plural}"
     elif kind == "Event":
         base = f"/api/v1/namespaces/{quote(namespace)}/events"
     else:

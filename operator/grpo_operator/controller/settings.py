@@ -6,13 +6,14 @@ flag or variable (exit 2), checked before anything starts.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import lifecycle
-from ..render import manifests
+from ..render import manifests, netpol
 from ..rules.limits import MAX_NODES_ENV, Limits
 from ..webhook.server import parse_service
 from .leader import Timing
@@ -53,6 +54,19 @@ class Settings:
     leader_elect: bool = False  # HA through a coordination.k8s.io/v1 Lease (controller/leader.py)
     leader_elect_lease: Optional[str] = None  # NAMESPACE/NAME; default: our own namespace / grpo-operator
     leader_timing: Timing = field(default_factory=Timing)
+    # A NetworkPolicy per job (render/netpol.py): off unless told (the chart turns it on: networkPolicy.perJob),
+    # since an operator run outside the cluster is no pod a policy could admit.
+    job_network_policy: bool = False
+    operator_namespace: Optional[str] = None  # the operator pods' namespace; default: our own (own_namespace)
+    operator_pod_labels: dict[str, str] = field(default_factory=dict)
+    metrics_from: list[dict[str, Any]] = field(default_factory=list)  # NetworkPolicyPeers admitted to metrics
+
+    def network_policy(self) -> Optional[netpol.Access]:
+        """Who may reach a job's pods besides the job (render/netpol.py); None: no per-job NetworkPolicy."""
+        if not self.job_network_policy:
+            return None
+        return netpol.Access(operator_namespace=self.operator_namespace or own_namespace(self),
+                             operator_labels=dict(self.operator_pod_labels), metrics_from=tuple(self.metrics_from))
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> Settings:
@@ -95,7 +109,26 @@ class Settings:
             leader_timing=Timing(lease=num("GRPO_LEADER_ELECT_LEASE_SECONDS", "15"),
                                  renew_deadline=num("GRPO_LEADER_ELECT_RENEW_DEADLINE_SECONDS", "10"),
                                  retry=num("GRPO_LEADER_ELECT_RETRY_SECONDS", "2")),
+            job_network_policy=e.get("GRPO_JOB_NETWORK_POLICY", "") in ("1", "true", "yes"),
+            operator_namespace=e.get("GRPO_OPERATOR_NAMESPACE") or None,
+            operator_pod_labels=netpol.parse_labels("GRPO_OPERATOR_POD_LABELS", e.get("GRPO_OPERATOR_POD_LABELS", "")),
+            metrics_from=parse_peers("GRPO_JOB_NETWORK_POLICY_METRICS_FROM",
+                                     e.get("GRPO_JOB_NETWORK_POLICY_METRICS_FROM", "")),
         )
+
+
+def parse_peers(name: str, raw: str) -> list[dict[str, Any]]:
+    """A JSON list of NetworkPolicyPeer objects (the chart's networkPolicy.metricsFrom); '' → []."""
+    if not raw.strip():
+        return []
+    try:
+        peers = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} is not JSON ({exc})") from None
+    if not isinstance(peers, list) or not all(isinstance(p, dict) and p for p in peers):
+        raise ValueError(f"{name} must be a JSON list of NetworkPolicyPeer objects, e.g. "
+                         f"[{{\"namespaceSelector\": {{\"matchLabels\": {{\"name\": \"monitoring\"}}}}}}]")
+    return peers
 
 
 def env_number(name: str, raw: str, kind: type = float, what: str = "") -> Any:
@@ -236,6 +269,9 @@ def check(cfg: Settings) -> Optional[str]:
         return "give --namespace NS (repeatable) or --all-namespaces"
     if cfg.webhook_manage and not cfg.webhook_listen:
         return "--webhook-manage needs --webhook-listen"
+    if cfg.job_network_policy and not cfg.operator_pod_labels:
+        return ("environment: GRPO_JOB_NETWORK_POLICY=1 needs GRPO_OPERATOR_POD_LABELS (the operator pods' labels, "
+                "k=v,k2=v2, which the job policies admit; the chart sets both), or GRPO_JOB_NETWORK_POLICY=0")
     return check_leader_elect(cfg)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..api.status import ConditionType, Phase, Reason
 from .conditions import fmt_time
 from .draft import Draft
-from .pods import PodInfo
+from .pods import ROLE_TRAINER, ROLE_VLLM, PodInfo
 
 
 def note_conflicts(draft: Draft) -> bool:
@@ -31,6 +31,9 @@ def create_pods(draft: Draft) -> bool:
         draft.decision.create_pods = missing
         draft.decision.kueue_group = draft.gang.group_of_new_pods(draft.pods.ours, draft.job.name, draft.job.uid,
                                                                   attempt)
+        if set(missing) & set(expected[draft.nodes:]):  # a vLLM server too (its own group: server_order.gang_groups)
+            draft.decision.kueue_server_group = draft.gang.group_of_new_pods(
+                draft.pods.ours, draft.job.name, draft.job.uid, attempt, ROLE_VLLM)
         if draft.status.startTime is None:
             draft.status.startTime = fmt_time(draft.now)
             deadline = draft.spec.runPolicy.activeDeadlineSeconds
@@ -40,7 +43,9 @@ def create_pods(draft: Draft) -> bool:
             draft.set(ConditionType.CREATED, "True", Reason.PODS_CREATED, created)
         if restarting:
             draft.set(ConditionType.RESTARTING, "False", Reason.PODS_RECREATED, recreated)
-        draft.current += [PodInfo(name=n, attempt=attempt, owner_uid=draft.job.uid, synthetic=True) for n in missing]
+        servers = set(expected[draft.nodes:])
+        draft.current += [PodInfo(name=n, attempt=attempt, owner_uid=draft.job.uid, synthetic=True,
+                                  role=ROLE_VLLM if n in servers else ROLE_TRAINER) for n in missing]
     elif not missing and not conflicts and draft.current:
         if not draft.is_true(ConditionType.CREATED):
             draft.set(ConditionType.CREATED, "True", Reason.PODS_CREATED, created)

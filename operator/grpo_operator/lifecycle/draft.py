@@ -15,7 +15,7 @@ from ..render import manifests
 from ..rules import topology, validation
 from . import gang_policy
 from .conditions import clear_condition, set_condition
-from .pods import ROLE_TRAINER, PodInfo, PodPhase, PodSets
+from .pods import ROLE_TRAINER, ROLE_VLLM, PodInfo, PodPhase, PodSets
 from .server_order import EngineProbe, ProbeVerdict
 
 
@@ -59,7 +59,8 @@ class Decision:
     events: list[JobEvent] = field(default_factory=list)
     requeue_after: Optional[float] = None
     conflicts: list[str] = field(default_factory=list)  # child names owned by something else
-    kueue_group: Optional[str] = None  # Kueue: the pod group the created pods join (render's kueue_group)
+    kueue_group: Optional[str] = None  # Kueue: the pod group the created trainers join (render's kueue_group)
+    kueue_server_group: Optional[str] = None  # Kueue, server mode: the vLLM server's own pod group (render's)
     # Kueue: pods to annotate kueue.x-k8s.io/retriable-in-group: "false", which ends their group (Kueue finishes its
     # Workload, releases the quota and removes its finalizers once none of its pods runs)
     end_kueue_groups: list[str] = field(default_factory=list)
@@ -235,7 +236,13 @@ class Draft:
 
     @property
     def expected(self) -> list[str]:
-        return manifests.pod_names(self.checked.job, self.nodes, self.pods.attempt)
+        """The current attempt's pod names: its trainers, and the server of the attempt whose server is kept
+        (status.vllmServerAttempt; under Kueue pod names differ per attempt)."""
+        names = manifests.pod_names(self.checked.job, self.nodes, self.pods.attempt)
+        kept = next((p.attempt for p in self.pods.current if p.role == ROLE_VLLM), self.pods.attempt)
+        if kept != self.pods.attempt:
+            names[self.nodes:] = manifests.pod_names(self.checked.job, self.nodes, kept)[self.nodes:]
+        return names
 
     @property
     def stage_progress(self) -> Optional[dict[str, Any]]:
@@ -263,9 +270,10 @@ class Draft:
             if name not in self.decision.end_kueue_groups:
                 self.decision.end_kueue_groups.append(name)
 
-    def release_gang(self) -> None:
-        """A job that gives up or is suspended releases what its gang holds (Kueue: ends its pod groups)."""
-        self.end_groups(self.gang.release(self.pods.ours))
+    def release_gang(self, pods: Optional[Iterable[PodInfo]] = None) -> None:
+        """A job that gives up or is suspended releases what its gang holds (Kueue: ends its pod groups); `pods`:
+        only these pods' groups (default: all of the job's)."""
+        self.end_groups(self.gang.release(self.pods.ours if pods is None else pods))
 
     @property
     def conflict_names(self) -> set[str]:

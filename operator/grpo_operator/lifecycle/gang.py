@@ -15,7 +15,7 @@ May import api, rules, render's names and the standard library.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
@@ -114,14 +114,15 @@ def queued(pods: Iterable[PodLike]) -> list[str]:
     return [p.name for p in pods if p.gang.gated and not p.deleting]
 
 
-def carried_group(pods: Iterable[Any]) -> Optional[str]:
+def carried_group(pods: Iterable[Any], exclude: Collection[str] = ()) -> Optional[str]:
     """The Kueue group the next pods must join: the group of the newest attempt's pods that still exist (the run
     goes on: a gang restart or a Kueue eviction creates *replacements* of that group, which keeps its Workload
-    and quota), or None for a new run. An unretriable group has ended and is never joined again."""
+    and quota), or None for a new run. An unretriable group has ended and is never joined again, nor is one in
+    `exclude`."""
     best: Optional[tuple[int, str]] = None
     for p in pods:
         group = p.gang.kueue_group
-        if group and not p.gang.unretriable and (best is None or p.attempt > best[0]):
+        if group and group not in exclude and not p.gang.unretriable and (best is None or p.attempt > best[0]):
             best = (p.attempt, group)
     if best is None:
         return None
@@ -145,7 +146,6 @@ def release_target(pods: Iterable[PodLike]) -> list[str]:
     return out
 
 
-
 def groups_to_end_before_replacing(old: Iterable[PodLike]) -> list[str]:
     """Kueue counts a Succeeded pod as active for good (isPodRunnableOrSucceeded), so a replacement for it would be
     deleted as excess. When a pod of the previous attempt Succeeded (a process that exited 0 on SIGTERM), its group
@@ -153,3 +153,11 @@ def groups_to_end_before_replacing(old: Iterable[PodLike]) -> list[str]:
     old = list(old)
     hit = {p.gang.kueue_group for p in old if p.phase == "Succeeded" and p.gang.kueue_group}
     return release_target([p for p in old if p.gang.kueue_group in hit])
+
+
+def shared_groups(pods: Iterable[PodLike], others: Iterable[PodLike]) -> set[str]:
+    """The Kueue groups that pods of both sets belong to. In server mode the vLLM server and the trainers form two
+    groups (server_order.gang_groups); a group holding both was made by an older release (one group per attempt),
+    and is neither joined again nor kept across a trainer restart."""
+    mine = {p.gang.kueue_group for p in pods if p.gang.kueue_group}
+    return mine & {p.gang.kueue_group for p in others if p.gang.kueue_group}

@@ -4,7 +4,8 @@ apply and why).
 
     GangPolicy     none: plain pods; the next attempt waits for the old pods to be gone
     PodGroupGang   coscheduling, volcano: a PodGroup per job (render/podgroup.py); same waits, explained
-    KueueGang      Kueue's pod groups: per-attempt pod names, quota released by ending groups
+    KueueGang      Kueue's pod groups: per-attempt pod names, quota released by ending groups; in server mode the
+                   vLLM server and the trainers are two groups (server_order.gang_groups)
 
 A new policy is one more subclass here, chosen in `for_job`.
 """
@@ -18,7 +19,7 @@ from typing import Optional
 from .. import api
 from ..render import manifests, podgroup
 from . import gang
-from .pods import PodInfo
+from .pods import ROLE_TRAINER, ROLE_VLLM, PodInfo
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,14 @@ class GangPolicy:
         ready, _ = gang.may_create_next(self.mode, old)
         return ready, []
 
-    def group_of_new_pods(self, ours: Iterable[PodInfo], job_name: str, uid: str, attempt: int) -> Optional[str]:
-        """The pod group the pods created now join (None: no such group)."""
+    def group_of_new_pods(self, ours: Iterable[PodInfo], job_name: str, uid: str, attempt: int,
+                          role: str = ROLE_TRAINER) -> Optional[str]:
+        """The pod group the `role` pods created now join (None: no such group)."""
         return None
+
+    def keeps_server(self, servers: Sequence[PodInfo], trainers: Sequence[PodInfo]) -> bool:
+        """May a trainer restart keep these healthy vLLM server pods (is the server's admission its own)?"""
+        return True
 
     def release(self, ours: Iterable[PodInfo]) -> list[str]:
         """The pods to mark so the scheduler releases what the job holds (give-up, suspend, deletion)."""
@@ -81,13 +87,24 @@ class KueueGang(GangPolicy):
         ready, _ = gang.may_create_next(self.mode, old)
         if not ready:
             return False, []
-        ending = gang.groups_to_end_before_replacing(old)
+        # a group the previous attempt's server and trainers shared (an older release's) is ended, not replaced
+        shared = gang.shared_groups(*_by_role(old, ROLE_VLLM))
+        ending = list(dict.fromkeys(gang.groups_to_end_before_replacing(old) + gang.release_target(
+            [p for p in old if p.gang.kueue_group in shared])))
         return not ending, ending
 
-    def group_of_new_pods(self, ours: Iterable[PodInfo], job_name: str, uid: str, attempt: int) -> Optional[str]:
-        # replacements join the run's group (it keeps its quota); else a new group
-        ours = list(ours)
-        return gang.carried_group(ours) or podgroup.kueue_group_name(manifests.names(job_name).base, uid, attempt)
+    def group_of_new_pods(self, ours: Iterable[PodInfo], job_name: str, uid: str, attempt: int,
+                          role: str = ROLE_TRAINER) -> Optional[str]:
+        # replacements join the role's group of the run (it keeps its Workload and quota); else a new group. In
+        # server mode the server's group and the trainers' are two Workloads, admitted one after the other.
+        mine, others = _by_role(list(ours), role)
+        return (gang.carried_group(mine, exclude=gang.shared_groups(mine, others))
+                or podgroup.kueue_group_name(manifests.names(job_name).base, uid, attempt, server=role == ROLE_VLLM))
+
+    def keeps_server(self, servers: Sequence[PodInfo], trainers: Sequence[PodInfo]) -> bool:
+        # the server's own group keeps its Workload while the trainers' group is refilled; a server in the trainers'
+        # group (an older release's) goes with them
+        return not gang.shared_groups(servers, trainers)
 
     def release(self, ours: Iterable[PodInfo]) -> list[str]:
         return gang.release_target(ours)
@@ -97,6 +114,10 @@ class KueueGang(GangPolicy):
 
     def queue(self) -> str:
         return self.queue_name
+
+
+def _by_role(pods: Sequence[PodInfo], role: str) -> tuple[list[PodInfo], list[PodInfo]]:
+    return [p for p in pods if p.role == role], [p for p in pods if p.role != role]
 
 
 def for_job(job: Optional[api.GRPOJob]) -> GangPolicy:

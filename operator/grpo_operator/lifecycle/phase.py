@@ -51,10 +51,17 @@ def succeeded(draft: Draft) -> bool:
     draft.clear(ConditionType.QUEUED, Reason.COMPLETED, "the job completed")
     draft.clear(ConditionType.UNSCHEDULABLE, Reason.COMPLETED, "the job completed")
     draft.decision.delete_pods += [p.name for p in current if p.role != ROLE_TRAINER and p.live]
+    release_servers(draft)
     ttl = draft.spec.runPolicy.ttlSecondsAfterFinished
     if ttl is not None:
         draft.decision.requeue(ttl)
     return True
+
+
+def release_servers(draft: Draft) -> None:
+    """A succeeded job's vLLM server ends its own gang (Kueue: the server's pod group, which would otherwise hold its
+    quota waiting for a replacement of the deleted server); the trainers' group finished with them."""
+    draft.release_gang([p for p in draft.pods.ours if p.role != ROLE_TRAINER])
 
 
 def scheduling(draft: Draft, current: list[PodInfo]) -> tuple[list[PodInfo], list[str]]:

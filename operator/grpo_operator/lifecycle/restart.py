@@ -95,6 +95,7 @@ def requeue_after_eviction(draft: Draft, evicted: str) -> bool:
     next attempt's pods replace them in the same group without a backoff and wait at Kueue's gate for the group
     to be admitted again; runPolicy.backoffLimit is not spent."""
     status = draft.status
+    status.vllmServerAttempt = None  # the next attempt starts with its own server (an eviction is no failure evidence)
     attempt = draft.next_attempt(charged=False)
     status.phase = Phase.RESTARTING
     status.message = (f"Kueue evicted the pods ({evicted}); attempt {attempt} waits for Kueue to admit the group "

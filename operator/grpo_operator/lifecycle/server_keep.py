@@ -13,14 +13,15 @@ the rules are lifecycle/server_order.py's). Two moments, both level-triggered:
     replaces the server (not counted again: it is the same restart) and the attempt starts with a new server, in
     the order of item 1.
 
-Not under Kueue: there the server is part of the attempt's pod group and is restarted with the trainers
-(docs/operator.md). A PodGroup (coscheduling, Volcano) counts only the trainers, so it is unaffected."""
+Under every gang policy the server is outside the trainers' gang (server_order.gang_groups): a PodGroup
+(coscheduling, Volcano) counts only the trainers, and under Kueue the server is a pod group of its own, whose
+Workload stays admitted while the trainers' group is refilled with the next attempt's trainers. A server that shares
+the trainers' Kueue group (made by an older release) is not kept (GangPolicy.keeps_server)."""
 
 from __future__ import annotations
 
 from .. import api
 from ..api.status import ConditionType
-from . import gang
 from . import server_order as so
 from .conditions import parse_time
 from .draft import Draft, JobEvent
@@ -43,12 +44,14 @@ def kept_server(draft: Draft) -> tuple[list[PodInfo], str]:
     """Before a retryable restart of the current attempt: the server pods to keep ([]: restart them too) and, when a
     rule refuses a healthy server, why."""
     job = draft.checked.job
-    if job.spec.vllm.mode != "server" or draft.gang.mode == gang.KUEUE:
+    if job.spec.vllm.mode != "server":
         return [], ""
     servers = [p for p in draft.pods.current if p.role == ROLE_VLLM]
     if not servers or len(servers) != len(draft.expected) - draft.nodes or not all(_healthy(p) for p in servers):
         return [], ""
     trainers = [p for p in draft.pods.current if p.role == ROLE_TRAINER]
+    if not draft.gang.keeps_server(servers, trainers):
+        return [], ""
     evidence = so.SyncEvidence(server_reused=any(p.attempt < draft.pods.attempt for p in servers),
                                progressed=progressed(draft, trainers))
     wedged = so.server_wedged(evidence)

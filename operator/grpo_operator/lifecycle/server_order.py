@@ -31,8 +31,8 @@ Gang admission and gang scheduling (lifecycle/gang.py, notes/gang-scheduling.md)
 the trainers cannot be created server-first — Kueue keeps a pod group's pods gated until all total-count pods
 exist, and a coscheduling/Volcano PodGroup holds its first pod at Permit until minMember pods are there — so the
 server-only creation would wait forever. Decision (gang_groups): the server is NOT part of the trainers' gang.
-Under Kueue it forms a pod group of its own (total-count = server pods, named after the server's own attempt), so
-it is admitted first, holds its quota across trainer restarts and is replaced only with the server; the trainers
+Under Kueue it forms a pod group of its own (total-count = server pods, <job>-<uid>-vllm-a<attempt the run began
+at>), so it is admitted first, holds its quota across trainer restarts and is replaced only with the server; the trainers
 form the attempt's group with total-count = nodes. With a PodGroup, minMember = nodes (trainers only) and the
 server pod carries no PodGroup label.
 

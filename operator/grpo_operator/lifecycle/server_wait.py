@@ -10,14 +10,13 @@ False with reason WaitingForVllmServer, a timer for the deadline.
 A server kept across a trainer restart (lifecycle/server_keep.py) passes its engine probe here before the next
 attempt's trainers are created.
 
-Not wired (docs/operator.md "vLLM server mode"): under Kueue a server-mode job keeps the old all-at-once creation
-(its pod group counts the server with the trainers, and Kueue gates the group until every pod exists), and a
-trainer's retryable failure restarts the server too."""
+Under Kueue the server pods form a pod group of their own (the gang policy names it: a replacement joins the run's
+server group), so Kueue admits the server alone; the trainers' group is created once the server is Ready
+(server_order.gang_groups, docs/operator.md "vLLM server mode")."""
 
 from __future__ import annotations
 
 from ..api.status import ConditionType, Phase, Reason
-from ..render import podgroup
 from . import server_keep
 from . import server_order as so
 from .conditions import fmt_time
@@ -28,9 +27,9 @@ from .restart import restart_for
 
 
 def server_first(draft: Draft) -> bool:
-    """Withhold the trainers until every server pod of the current attempt is Ready (server mode, not Kueue)."""
+    """Withhold the trainers until every server pod of the current attempt is Ready (server mode)."""
     job = draft.checked.job
-    if job.spec.vllm.mode != "server" or podgroup.kueue_queue(job) is not None:
+    if job.spec.vllm.mode != "server":
         return False
     current = draft.pods.current
     if any(p.role == ROLE_TRAINER for p in draft.current):  # the trainers exist: decide()'s usual rules
@@ -56,6 +55,8 @@ def _create_servers(draft: Draft, missing: list[str]) -> None:
         return  # note_conflicts said so (Created=False)
     draft.decision.create_attempt = attempt
     draft.decision.create_pods = missing
+    draft.decision.kueue_server_group = draft.gang.group_of_new_pods(draft.pods.ours, draft.job.name, draft.job.uid,
+                                                                     attempt, ROLE_VLLM)
     if draft.status.startTime is None:
         draft.status.startTime = fmt_time(draft.now)
         deadline = draft.spec.runPolicy.activeDeadlineSeconds
@@ -70,11 +71,13 @@ def _create_servers(draft: Draft, missing: list[str]) -> None:
 
 def _waiting(draft: Draft, d: so.ServerDecision) -> None:
     """Pending, and why: the server's own state (unschedulable, an image pull) when it has one."""
-    unschedulable, _ = scheduling(draft, draft.current)
+    unschedulable, gated = scheduling(draft, draft.current)
     message = f"{d.message} (attempt {draft.pods.attempt})"
     waiting = [p for p in draft.current if p.waiting]
     if unschedulable:
         message += f"; unschedulable: {unschedulable[0].unschedulable}"
+    elif gated:
+        message += "; queued: waiting for Kueue to admit the vLLM server's pod group"
     elif waiting:
         message += f"; {waiting[0].name}: {waiting[0].waiting}"
     draft.status.phase = Phase.PENDING

@@ -15,6 +15,7 @@ def suspend(draft: Draft) -> bool:
     draft.status.phase = Phase.SUSPENDED
     draft.status.message = "suspended: pods deleted; unsuspend to resume from the latest checkpoint"
     draft.status.startTime = None
+    draft.status.vllmServerAttempt = None  # no server is kept across a suspend: the resumed job starts its own
     draft.set(ConditionType.SUSPENDED, "True", Reason.SUSPENDED, "runPolicy.suspend is true")
     draft.clear(ConditionType.RUNNING, Reason.SUSPENDED, "the job is suspended")
     draft.clear(ConditionType.UNSCHEDULABLE, Reason.SUSPENDED, "the job is suspended")

@@ -7,6 +7,7 @@ import datetime as _dt
 from ..api.status import TERMINAL, ConditionType, Phase, Reason
 from .conditions import fmt_time, parse_time
 from .draft import Draft, JobEvent, active
+from .pods import ROLE_TRAINER
 
 
 def fail(draft: Draft, reason: str, message: str) -> bool:
@@ -35,6 +36,8 @@ def keep_terminal(draft: Draft) -> bool:
     draft.stop_initializer()
     if draft.phase == Phase.FAILED:
         draft.release_gang()  # repeated until seen: a lost patch is sent again
+    else:
+        draft.release_gang([p for p in draft.pods.ours if p.role != ROLE_TRAINER])  # the vLLM server's own group
     ttl = draft.ttl_after_finished
     if ttl is not None:
         status, now = draft.status, draft.now

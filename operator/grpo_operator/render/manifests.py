@@ -377,36 +377,42 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
 
 def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
            image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
-           metrics_port: int = DEFAULT_METRICS_PORT, kueue_group: Optional[str] = None) -> list[dict[str, Any]]:
+           metrics_port: int = DEFAULT_METRICS_PORT, kueue_group: Optional[str] = None,
+           kueue_server_group: Optional[str] = None) -> list[dict[str, Any]]:
     """The job's own objects, in creation order: ConfigMap, Services, the PodGroup of spec.scheduling.gang, pods.
     render/job.py render() adds spec.cache's download pod: that one is what the operator and `grpojob render` call.
 
     `metrics_port`: the trainer's Prometheus port (config JSON progress.metricsPort and the pods' `metrics`
     containerPort); 0 turns the trainer's metrics, and with them status.progress, off. `kueue_group`: under Kueue,
-    the pod group the pods join (the lifecycle's choice; default: a new group named after this attempt)."""
+    the pod group the trainers join (the lifecycle's choice; default: a new group named after this attempt), and
+    `kueue_server_group` the vLLM server's own group in server mode (default: a new one named after this attempt)."""
     objs: list[dict[str, Any]] = [config_map(job, namespace, uid=uid, metrics_port=metrics_port),
                                   headless_service(job, namespace, uid=uid)]
     if job.spec.vllm.mode == "server":
         objs += vllm_objects(job, topo, namespace, uid=uid, image=image, attempt=attempt)
     objs += [trainer_pod(job, topo, namespace, r, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port)
              for r in range(topo.nodes)]
-    return _gang(job, namespace, objs, uid=uid, attempt=attempt, kueue_group=kueue_group)
+    return _gang(job, namespace, objs, uid=uid, attempt=attempt, kueue_group=kueue_group,
+                 kueue_server_group=kueue_server_group)
 
 
 def _gang(job: api.GRPOJob, namespace: str, objs: list[dict[str, Any]], *, uid: str, attempt: int,
-          kueue_group: Optional[str]) -> list[dict[str, Any]]:
+          kueue_group: Optional[str], kueue_server_group: Optional[str] = None) -> list[dict[str, Any]]:
     """Gang admission/scheduling (render/podgroup.py): under Kueue the pod group; with spec.scheduling.gang the
     PodGroup, placed before the pods. (Per-attempt pod names under Kueue: pod_name.)"""
     n = names(job.metadata.name or "")
-    pods = [o for o in objs if o["kind"] == "Pod"]
+    # server mode creates the server before the trainers (lifecycle/server_wait.py): a gang that counted it would
+    # hold it (a PodGroup at Permit, Kueue at its gate) until the trainers exist, so the gang is the trainers; under
+    # Kueue the server forms a pod group of its own (server_order.gang_groups)
+    pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["labels"].get(LABEL_ROLE) != ROLE_VLLM]
+    servers = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["labels"].get(LABEL_ROLE) == ROLE_VLLM]
     group = kueue_group or podgroup.kueue_group_name(n.base, uid, attempt)
-    if podgroup.kueue_queue(job) is None:
-        # server mode creates the server before the trainers (lifecycle/server_wait.py): a PodGroup that counted it
-        # would hold it at Permit until the trainers exist, so the gang is the trainers (server_order.gang_groups).
-        # Under Kueue the pods are still created together, in one group (not wired: docs/operator.md).
-        pods = [p for p in pods if p["metadata"]["labels"].get(LABEL_ROLE) != ROLE_VLLM]
     for pod in pods:
         podgroup.decorate_pod(pod, job, pod_group_name=n.base, kueue_group=group, total=len(pods))
+    if podgroup.kueue_queue(job) is not None:
+        server_group = kueue_server_group or podgroup.kueue_group_name(n.base, uid, attempt, server=True)
+        for pod in servers:
+            podgroup.decorate_pod(pod, job, pod_group_name=n.base, kueue_group=server_group, total=len(servers))
     labels = {k: v for k, v in _labels(job, n, ROLE_TRAINER).items()
               if k not in (LABEL_ROLE, "app.kubernetes.io/component", "app.kubernetes.io/name")}
     pg = podgroup.pod_group(job, pods, name=n.base, namespace=namespace, labels=labels,

@@ -50,13 +50,14 @@ def attempt_pod_name(stable: str, attempt: int, *, kueue: bool) -> str:
     return f"{stable}-a{attempt}" if kueue and attempt > 0 else stable
 
 
-def kueue_group_name(base: str, uid: str, attempt: int) -> str:
+def kueue_group_name(base: str, uid: str, attempt: int, *, server: bool = False) -> str:
     """The Kueue pod group (and so Workload) name of the run that starts at `attempt` (`base`: the job's child
     name base): unique per job (its uid: a Workload of an older job of the same name is never matched) and per
     run, a DNS-1123 subdomain of at most 63 characters (Kueue's validation). Replacement pods of later attempts
-    of the same run keep this name."""
+    of the same run keep this name. `server`: the vLLM server's own group in server mode (<base>-<uid>-vllm-a<N>),
+    admitted before the trainers' group is created (lifecycle/server_order.py gang_groups)."""
     ident = re.sub(r"[^a-z0-9]", "", (uid or "").lower())[:8] or hashlib.sha256(base.encode()).hexdigest()[:8]
-    suffix = f"-{ident}-a{attempt}"
+    suffix = f"-{ident}{'-vllm' if server else ''}-a{attempt}"
     head = re.sub(r"[^a-z0-9-]", "-", base.lower())[: MAX_LABEL_VALUE - len(suffix)].strip("-") or "job"
     return head + suffix
 

@@ -40,14 +40,16 @@ MODULES: dict[str, Optional[str]] = {
 }
 
 # What each image installs of MODULES (trainer_image/requirements*.txt and their dependencies; docs/images.md).
-# The CPU image removes triton (no CPU backend); torch's CUDA wheel brings it.
+# The CPU image removes triton (no CPU backend); torch's CUDA wheel brings it. DeepSpeed only in the CUDA image (it
+# has no CPU path). mlflow is in neither (docs/images.md says why).
 IMAGE_PACKAGES: dict[Variant, frozenset[str]] = {
-    "cpu": frozenset({"peft", "rich", "pandas", "huggingface-hub"}),
-    "cuda": frozenset({"peft", "rich", "pandas", "huggingface-hub", "triton"}),
+    "cpu": frozenset({"peft", "rich", "pandas", "huggingface-hub", "tensorboard", "wandb", "trackio"}),
+    "cuda": frozenset({"peft", "rich", "pandas", "huggingface-hub", "tensorboard", "wandb", "trackio", "triton",
+                       "deepspeed"}),
 }
-# Packages a variant is meant to ship but its lock does not name yet (issue 19): a spec needing one is warned about,
-# not refused, on that variant. A test fails once the lock names it: then move it into IMAGE_PACKAGES.
-PLANNED: dict[Variant, frozenset[str]] = {"cpu": frozenset(), "cuda": frozenset({"deepspeed"})}
+# Packages a variant is meant to ship but its lock does not name yet: a spec needing one is warned about, not
+# refused, on that variant. A test fails once the lock names it: then move it into IMAGE_PACKAGES.
+PLANNED: dict[Variant, frozenset[str]] = {"cpu": frozenset(), "cuda": frozenset()}
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,8 @@ TABLE: tuple[Need, ...] = (
            sample=next(c for c in trl_fields.by_camel()["optim"].choices or () if any(fnmatchcase(c, g) for g in globs)),
            fix="use adamw_torch_fused (the default) or adamw_torch") for globs, pkgs in _OPTIMIZERS.items()),
     *(Need("training.reportTo", (name,), pkgs, why="TRL stops at start, after the model load",
-           fix="remove it (the trainer's progress lines and /metrics need nothing)")
+           fix="remove it (the trainer's progress lines and /metrics need nothing), or set spec.image to an image "
+               "that adds it (docs/images.md)")
       for name, pkgs in _TRACKERS.items()),
     Need("training.reportTo", ("kubeflow",), ("a Kubeflow TrainJob",),
          why="the Kubeflow callback needs a Kubeflow TrainJob's KUBEFLOW_TRAINER_SERVER_URL", fix="remove it"),
@@ -198,12 +201,7 @@ def check(spec_doc: dict[str, Any], variant: Variant, image: Optional[str] = Non
         shown = matched(need, _at(spec_doc, need.field))
         if shown is not None and not need.provided(variant):
             out.append(_problem(need, shown, variant, image))
-    report = _at(spec_doc, "training.reportTo")
-    installed = [name for name, pkgs in _TRACKERS.items() if all(p in IMAGE_PACKAGES[variant] for p in pkgs)]
-    if (report == "all" or (isinstance(report, list) and "all" in report)) and own_image(image) and not installed:
-        out.append(Problem("spec.training.reportTo", "all logs to every tracker installed "
-                           f"in the image; the {variant.upper()} trainer image installs none, so nothing is logged",
-                           False))
+    out += _wandb_key(spec_doc, variant, image)
     if image and variant == "cuda" and own_image(image) and image.split("@", 1)[0].endswith("-cpu"):
         out.append(Problem("spec.image", f"{image} is the CPU trainer image, but the pods request GPUs: it "
                            "trains on the CPU; use the CUDA image (the same name without -cpu)", False))
@@ -211,3 +209,21 @@ def check(spec_doc: dict[str, Any], variant: Variant, image: Optional[str] = Non
         out.append(Problem("spec.training.pushToHub", "needs a Hub token with write access: "
                            "set spec.hfTokenSecretRef", False))
     return out
+
+
+def _wandb_key(spec_doc: dict[str, Any], variant: Variant, image: Optional[str]) -> list[Problem]:
+    """wandb without a key stops the trainer at start ("No API key configured", after the model load); reportTo
+    all includes wandb wherever the image has it. The key comes from spec.template.env (a secretKeyRef), the only
+    place a pod's environment is set from the spec; an image of the user's own may bring it: a warning there."""
+    report = _at(spec_doc, "training.reportTo")
+    asked = {report} if isinstance(report, str) else set(report) if isinstance(report, list) else set()
+    which = "wandb" if "wandb" in asked else "all" if "all" in asked and "wandb" in IMAGE_PACKAGES[variant] else ""
+    names = {e.get("name") for e in _at(spec_doc, "template.env") or [] if isinstance(e, dict)}
+    if not which or names & {"WANDB_API_KEY", "WANDB_MODE"}:
+        return []
+    what = "wandb" if which == "wandb" else "all (which includes wandb, installed in the image)"
+    return [Problem("spec.training.reportTo", f"{what} needs a wandb key, else the trainer stops at start: add "
+                    "WANDB_API_KEY to spec.template.env from a Secret (valueFrom.secretKeyRef, docs/observability.md), "
+                    "or WANDB_MODE=offline to keep the run on the output volume"
+                    + ("" if which == "wandb" else ", or list the trackers instead of all"), own_image(image))]
+

@@ -286,26 +286,39 @@ def capped(errors: list[FieldError], limit: int = MAX_ERRORS) -> list[FieldError
     return errors[:limit] + [FieldError("spec", f"…and {len(errors) - limit} more errors (fix these first)")]
 
 
-# Volumes and mount paths the operator adds to every trainer pod (render/manifests.py `_volumes`; a unit test keeps the
-# two in step): a user's volume or mount that collides makes the API server refuse the pod, long after admission.
+# Volumes and mount paths the operator adds to every trainer and vLLM pod (render/manifests.py `_volumes`; with
+# spec.cache also render/cache.py's claim and mounts): a user's volume or mount that collides makes the API server
+# refuse the pod, long after admission. tests/unit/rules/test_reserved.py derives them from rendered pods.
 RESERVED_VOLUMES = ("tmp", "config", "output", "dshm")
 RESERVED_MOUNT_PATHS = ("/tmp", contract.CONFIG_DIR, "/dev/shm")
+CACHE_VOLUMES = ("hf-cache",)
+CACHE_MOUNT_PATHS = ("/hf-cache", "/hf-datasets")
+
+
+def reserved(spec: api.GRPOJobSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The volume names and mount paths the operator's pods of this spec use (the cache's only with spec.cache)."""
+    cached = spec.cache is not None
+    return (RESERVED_VOLUMES + (CACHE_VOLUMES if cached else ()),
+            RESERVED_MOUNT_PATHS + (CACHE_MOUNT_PATHS if cached else ()) + (spec.output.path,))
 
 
 def _reserved_errors(spec: api.GRPOJobSpec) -> list[FieldError]:
     errors = []
+    names, paths = reserved(spec)
     for i, vol in enumerate(spec.template.volumes):
-        if vol.get("name") in RESERVED_VOLUMES:
+        if vol.get("name") in names:
             errors.append(FieldError(f"spec.template.volumes[{i}].name",
                                      f"{vol.get('name')!r} is the name of a volume the operator adds to every trainer "
-                                     f"pod (reserved: {', '.join(RESERVED_VOLUMES)}): rename it"))
-    taken = {*RESERVED_MOUNT_PATHS, spec.output.path}
+                                     f"pod (reserved: {', '.join(names)}): rename it"))
+    taken = set(paths)
     for i, mount in enumerate(spec.template.volumeMounts):
         path = str(mount.get("mountPath", "")).rstrip("/") or "/"
         if path in taken:
             errors.append(FieldError(f"spec.template.volumeMounts[{i}].mountPath",
                                      f"{path} is already mounted by the operator ({', '.join(sorted(taken))}: the "
-                                     "pod's /tmp, its config, /dev/shm and spec.output.path): mount elsewhere"))
+                                     "pod's /tmp, its config, /dev/shm, spec.output.path"
+                                     + (" and the spec.cache folders" if spec.cache is not None else "")
+                                     + "): mount elsewhere"))
     return errors
 
 

@@ -200,6 +200,11 @@ def lifecycle(inst: Install, ns: str) -> None:
     assert conds.get("Succeeded") == "True", done["status"]
     assert k.exists("service", "-n", ns, "-l", f"grpo.dev/job-name={name}") or \
         k.exists("configmap", "-n", ns, "-l", f"grpo.dev/job-name={name}")
+    # networkPolicy.perJob (on by default): the job's NetworkPolicy, created as the chart's ServiceAccount
+    [policy] = k.json("get", "networkpolicies", "-n", ns, "-l", f"grpo.dev/job-name={name}")["items"]
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == done["metadata"]["uid"]
+    assert policy["spec"]["ingress"][1]["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": inst.namespace}
     # `kubectl wait`, as docs/gitops.md tells users
     k("wait", f"grpojob/{name}", "-n", ns, "--for=condition=Succeeded", "--timeout=10s")
 
@@ -219,7 +224,8 @@ ALLOWED_NS = [("list", "grpojobs.grpo.dev"), ("watch", "grpojobs.grpo.dev"), ("d
               ("patch", "grpojobs.grpo.dev#status"),
               ("list", "pods"), ("watch", "pods"), ("get", "pods"), ("create", "pods"), ("delete", "pods"),
               ("get", "services"), ("create", "services"), ("get", "configmaps"), ("create", "configmaps"),
-              ("create", "events")]
+              ("create", "events"),
+              ("get", "networkpolicies.networking.k8s.io"), ("create", "networkpolicies.networking.k8s.io")]
 DENIED_NS = [("get", "secrets"), ("list", "secrets"), ("watch", "secrets"), ("create", "secrets"),
              ("get", "grpojobs.grpo.dev"), ("create", "grpojobs.grpo.dev"), ("update", "grpojobs.grpo.dev"),
              ("patch", "grpojobs.grpo.dev"), ("update", "grpojobs.grpo.dev#status"),
@@ -228,7 +234,9 @@ DENIED_NS = [("get", "secrets"), ("list", "secrets"), ("watch", "secrets"), ("cr
              ("delete", "configmaps"), ("update", "configmaps"), ("list", "configmaps"),
              ("create", "deployments.apps"), ("create", "jobs.batch"), ("create", "serviceaccounts#token"),
              ("create", "roles.rbac.authorization.k8s.io"), ("create", "rolebindings.rbac.authorization.k8s.io"),
-             ("create", "persistentvolumeclaims"), ("patch", "events"), ("delete", "events")]
+             ("create", "persistentvolumeclaims"), ("patch", "events"), ("delete", "events"),
+             ("list", "networkpolicies.networking.k8s.io"), ("update", "networkpolicies.networking.k8s.io"),
+             ("patch", "networkpolicies.networking.k8s.io"), ("delete", "networkpolicies.networking.k8s.io")]
 DENIED_CLUSTER = [("list", "nodes"), ("list", "namespaces"), ("create", "clusterroles.rbac.authorization.k8s.io"),
                   ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
                   ("create", "customresourcedefinitions.apiextensions.k8s.io"),

@@ -95,15 +95,19 @@ class KueueAndNode:
     retriable-in-group: "false"). A group with more active pods than its total count is recorded as excess
     (Kueue would delete the newest pods: ExcessPodDeleted). Plus a node: it binds new pods, runs them, and on
     deletion ends them the way the trainer does on SIGTERM (exit 143, phase Failed) before the kubelet's final
-    delete (grace 0)."""
+    delete (grace 0). With `whole_groups`, also Kueue's admission: a group's pods are bound only once the group has
+    its total count of active pods (Kueue composes the group's Workload only then, and keeps the pods gated until it
+    is admitted). A running vLLM server pod answers on loopback (its pod IP), where the test's stand-in engine is."""
 
     NODE = "gang-node-1"
 
-    def __init__(self, cp: Any, ns: str):
+    def __init__(self, cp: Any, ns: str, whole_groups: bool = False):
         self.cp, self.ns = cp, ns
         self.excess: list[str] = []
         self.finalized: list[str] = []
         self.auto_run = True
+        self.whole_groups = whole_groups
+        self.seen: list[list[tuple[str, str]]] = []  # per step where a pod first appears: (pod, phase) of every pod
 
     def _pods(self) -> list[dict[str, Any]]:
         r = self.cp.api("GET", f"/api/v1/namespaces/{self.ns}/pods?labelSelector={g.KUEUE_GROUP_NAME_LABEL}")
@@ -115,15 +119,31 @@ class KueueAndNode:
                         content_type="application/merge-patch+json")
         assert r.ok or r.status == 404, r.message
 
+    def _complete(self, pods: list[dict[str, Any]]) -> set[str]:
+        """The groups with at least their total count of active pods (Kueue's Workload can be composed)."""
+        counts: dict[str, list[int]] = {}
+        for p in pods:
+            meta = p["metadata"]
+            c = counts.setdefault(meta["labels"][g.KUEUE_GROUP_NAME_LABEL],
+                                  [0, int(meta["annotations"][g.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION])])
+            c[0] += (p.get("status") or {}).get("phase") != "Failed" and not meta.get("deletionTimestamp")
+        return {group for group, (active, total) in counts.items() if active >= total}
+
     def step(self) -> None:
         pods = self._pods()
+        known = {n for step in self.seen for n, _ in step}
+        if any(p["metadata"]["name"] not in known for p in pods):
+            self.seen.append(sorted((p["metadata"]["name"], (p.get("status") or {}).get("phase") or "Pending")
+                                    for p in pods))
+        complete = self._complete(pods)
         for p in pods:
             meta, name = p["metadata"], p["metadata"]["name"]
             if g.KUEUE_POD_FINALIZER not in (meta.get("finalizers") or []) and not meta.get("deletionTimestamp") \
                     and meta["name"] not in self.finalized:
                 self._patch(name, {"metadata": {"finalizers": [g.KUEUE_POD_FINALIZER],
                                                 "labels": {g.KUEUE_MANAGED_LABEL: "true"}}})
-            if not p["spec"].get("nodeName") and not meta.get("deletionTimestamp"):
+            admitted = not self.whole_groups or meta["labels"][g.KUEUE_GROUP_NAME_LABEL] in complete
+            if not p["spec"].get("nodeName") and not meta.get("deletionTimestamp") and admitted:
                 r = self.cp.api("POST", f"/api/v1/namespaces/{self.ns}/pods/{name}/binding",
                                 {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
                                  "target": {"apiVersion": "v1", "kind": "Node", "name": self.NODE}})
@@ -136,8 +156,10 @@ class KueueAndNode:
                 self.cp.api("DELETE", f"/api/v1/namespaces/{self.ns}/pods/{name}",
                             {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
             elif self.auto_run and p["spec"].get("nodeName") and phase == "Pending" and not meta.get("deletionTimestamp"):
+                server = meta["labels"].get(manifests.LABEL_ROLE) == "vllm-server"
                 self._patch(name, {"status": {"phase": "Running", "conditions": [
-                    {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}}, "/status")
+                    {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+                    **({"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]} if server else {})}}, "/status")
         groups: dict[str, list[dict[str, Any]]] = {}
         for p in pods:
             groups.setdefault(p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL], []).append(p)

@@ -29,6 +29,9 @@ IMAGE_PYTHON = "3.11"  # Debian bookworm's python3, the images' base
 # glibc 2.36 in Debian bookworm: every manylinux tag up to 2_36 installs there.
 PLATFORMS = [f"manylinux_2_{v}_x86_64" for v in range(36, 4, -1)] + \
     ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
+# On PyPI as an sdist only: the CUDA image builds it (Dockerfile, DS_BUILD_OPS=0); pip cannot resolve an sdist for
+# another platform, so the CUDA lock's dry run leaves it out and checks its dependencies apart.
+SDIST_ONLY = frozenset({"deepspeed"})
 NETWORK_ERRORS = ("NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
                   "ProxyError", "Could not fetch URL", "Network is unreachable", "ConnectTimeout", "ReadTimeout")
 
@@ -164,7 +167,7 @@ def test_trainer_dockerfile_shape():
     # the locks as they are, as scripts/setup.sh installs lock-cpu.txt: nothing resolved, every file hashed
     assert re.search(r"cpu\) pip install --no-deps --require-hashes .*-r /opt/grpo/lock-cpu\.txt "
                      r"&& pip install --no-deps --no-build-isolation /opt/grpo/vllm-dist-alias ;;", text)
-    assert "cuda) pip install --no-deps --require-hashes -r /opt/grpo/lock-cuda.txt ;;" in text
+    assert "cuda) DS_BUILD_OPS=0 pip install --no-deps --require-hashes -r /opt/grpo/lock-cuda.txt ;;" in text
     assert "requirements" not in " ".join(v for k, v in d if k in ("COPY", "RUN"))
 
 
@@ -181,7 +184,8 @@ def test_operator_dockerfile_shape():
 def test_cuda_lock_resolves_against_the_index(tmp_path):
     """pip resolves lock-cuda.txt as a whole, with dependencies, for the image's platform (CPython 3.11, glibc 2.36,
     x86_64) without installing: every pin exists there and they agree, and pip needs nothing the lock lacks — so
-    the image's `pip install --no-deps --require-hashes` of it is complete.
+    the image's `pip install --no-deps --require-hashes` of it is complete. DeepSpeed (SDIST_ONLY) is left out of
+    that run and its built metadata checked against the lock.
 
     Hashes are left out here: pip checks them only on whole files (~5 GB of CUDA wheels), while without them
     fast-deps reads each wheel's metadata with range requests (the index here serves no separate wheel metadata,
@@ -189,7 +193,7 @@ def test_cuda_lock_resolves_against_the_index(tmp_path):
     lock = TRAINER / "lock-cuda.txt"
     pinned = tmp_path / "lock-cuda-pins.txt"
     pinned.write_text("".join(line.rstrip(" \\") + "\n" for line in lock.read_text().splitlines()
-                              if line[:1].isalnum()))
+                              if line[:1].isalnum() and canonical(line.split("==")[0]) not in SDIST_ONLY))
     report = tmp_path / "report.json"
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
            "--use-feature=fast-deps",  # metadata by HTTP range requests where the server allows: far fewer bytes
@@ -212,13 +216,39 @@ def test_cuda_lock_resolves_against_the_index(tmp_path):
     resolved = {canonical(i["metadata"]["name"]): i["metadata"]["version"]
                 for i in json.loads(report.read_text())["install"]}
     locked = lockcheck.lock_entries(lock)  # the entries whose markers hold on Linux x86_64, CPython 3.11
-    assert resolved == locked, {n: (resolved.get(n), locked.get(n)) for n in set(resolved) ^ set(locked)
-                                | {n for n in resolved if n in locked and resolved[n] != locked[n]}}
+    wheels = {n: v for n, v in locked.items() if n not in SDIST_ONLY}
+    assert resolved == wheels, {n: (resolved.get(n), wheels.get(n)) for n in set(resolved) ^ set(wheels)
+                                | {n for n in resolved if n in wheels and resolved[n] != wheels[n]}}
+    for name in SDIST_ONLY:  # built in the image: its dependencies (as its build declares them) must be locked
+        assert not (needs := _sdist_requirements(name, locked[name], env, tmp_path) - set(locked.items())), needs
     for name, v in pins(TRAINER / "requirements-cuda.txt").items():
-        assert resolved.get(name) == v, (name, resolved.get(name))
+        assert locked.get(name) == v and (resolved.get(name) == v or name in SDIST_ONLY), (name, resolved.get(name))
     assert "+" not in resolved["torch"], f"torch {resolved['torch']}: a local build, not PyPI's CUDA wheel"
     assert any(n.startswith("nvidia-") for n in resolved), "the CUDA build of torch was expected"
     print(f"cuda image stack: {len(resolved)} distributions resolve together")
+
+
+def _sdist_requirements(name: str, version: str, env: dict[str, str], tmp_path: Path) -> set[tuple[str, str]]:
+    """(name, version) of the lock that each requirement of an sdist-only distribution needs, or (name, "missing"):
+    pip builds its metadata as the image build does (isolated, DS_BUILD_OPS=0), markers read for the image."""
+    from packaging.requirements import Requirement
+
+    report = tmp_path / f"{name}.json"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",
+                           "--no-binary", name, "--no-cache-dir", "--report", str(report), f"{name}=={version}"],
+                          capture_output=True, text=True, timeout=600, env={**env, "DS_BUILD_OPS": "0"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    locked = lockcheck.lock_entries(TRAINER / "lock-cuda.txt")
+    out = set()
+    for text in json.loads(report.read_text())["install"][0]["metadata"].get("requires_dist", []):
+        req = Requirement(text)
+        if req.marker and not req.marker.evaluate({"python_version": IMAGE_PYTHON, "sys_platform": "linux",
+                                                   "platform_machine": "x86_64", "extra": ""}):
+            continue
+        have = locked.get(canonical(req.name))
+        out.add((canonical(req.name), have if have and req.specifier.contains(have, prereleases=True) else "missing"))
+    assert out, f"{name} {version} declares no dependencies: its metadata was not read"
+    return out
 
 
 def _tool(name: str) -> str:

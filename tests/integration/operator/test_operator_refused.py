@@ -6,12 +6,14 @@ real control plane. This control plane runs no quota controller: the test writes
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
 from tests.support.cluster.util import wait_until
 from tests.support.jobs import manifest
 from tests.support.operator import OperatorProcess, pods_of, wait_job, wait_pods
+from tests.support.policy_webhook import PolicyWebhook
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -82,3 +84,68 @@ def test_a_quota_refusal_is_a_condition_until_the_quota_allows_the_pods(crd, kub
         assert _create_failed(st)["reason"] == "PodsCreated"
     finally:
         op.stop()
+
+
+def test_the_test_apiserver_has_no_pod_security_admission(controlplane) -> None:
+    """Why the next test stands a webhook in for PodSecurity: this kube-apiserver (1.20) predates the plugin
+    (1.22 alpha, 1.23 beta) and refuses to start with it. If it ever knows it, use the real plugin instead."""
+    from tests.support.cluster.util import find_binary
+
+    r = subprocess.run([str(find_binary("kube-apiserver")), "--enable-admission-plugins=PodSecurity"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and 'plugin "PodSecurity" is unknown' in r.stderr, r.stderr[-2000:]
+
+
+def test_a_pod_policy_refusal_is_a_condition_until_the_spec_complies(crd, kubectl, k8s_namespace,
+                                                                       tmp_path) -> None:
+    """A policy engine refusing the pods (PodSecurity `restricted`, Kyverno, Gatekeeper) reaches the user as
+    CreateFailed + a FailedCreate event with the policy's words, until the spec complies. The refusal is real: the
+    API server calls a ValidatingWebhookConfiguration for pods served over HTTPS (tests/support/policy_webhook.py),
+    which is how Kyverno and Gatekeeper refuse, worded as PodSecurity words it. PodSecurity itself is not in this
+    1.20 API server (test above); its PodSecurityPolicy is no stand-in: it is removed since 1.25, admits a pod by
+    the RBAC `use` of some policy (a different failure, for every pod without one), mutates pods, and would mean
+    restarting the API server the session shares."""
+    k, ns = kubectl, k8s_namespace
+    from grpo_operator.render import manifests
+
+    job = manifest("policy", nodes=2)
+    job["spec"]["template"] = {"volumes": [{"name": "scratch", "hostPath": {"path": "/data"}}],
+                               "volumeMounts": [{"name": "scratch", "mountPath": "/data"}]}
+    expected = 'violates PodSecurity "restricted:latest": hostPath volumes (volume "scratch")'
+    with PolicyWebhook(k, ns, tmp_path) as policy:
+        op = OperatorProcess(crd.kubeconfig, tmp_path, "--namespace", ns)
+        op.start(wait=False)
+        try:
+            k.apply([job], "-n", ns)  # the operator's own rules accept a hostPath volume: only the policy refuses
+            try:
+                st = wait_job(k, ns, "policy", lambda s: _create_failed(s).get("status") == "True", timeout=60,
+                              what="condition CreateFailed")["status"]
+            except AssertionError:
+                print(op.log(60))
+                raise
+            c = _create_failed(st)
+            assert c["reason"] == "FailedCreate" and expected in c["message"] and "policy-node-" in c["message"], c
+            assert st["phase"] == "Pending" and expected in st["message"], st
+            assert not any(x["type"] == "Rejected" and x["status"] == "True" for x in st["conditions"]), st
+            events = k.json("get", "events", "-n", ns, "--field-selector", "involvedObject.name=policy")["items"]
+            assert any(e["type"] == "Warning" and e["reason"] == "FailedCreate" and expected in e["message"]
+                       for e in events), json.dumps(events)
+            assert policy.reviews >= 1 and not pods_of(k, ns, "policy")
+            # what the job has besides the refused pods: its headless Service and ConfigMap, created before the
+            # pods (their rendezvous name and config) and owned by the job, so deleting the job collects them
+            n, uid = manifests.names("policy"), k.json("get", "grpojob", "policy", "-n", ns)["metadata"]["uid"]
+            for kind, name in (("service", n.service), ("configmap", n.config_map)):
+                owners = k.json("get", kind, name, "-n", ns)["metadata"]["ownerReferences"]
+                assert [o["uid"] for o in owners] == [uid], (kind, owners)
+
+            # the fix: no hostPath volume; the next try (an update, or the backoff ≤ 30 s) creates the pods
+            k("patch", "grpojob", "policy", "-n", ns, "--type=json",
+              "-p", json.dumps([{"op": "remove", "path": "/spec/template"}]))
+            pods = wait_pods(k, ns, "policy", 2, timeout=60)
+            assert not any("hostPath" in v for p in pods for v in p["spec"]["volumes"])
+            st = wait_job(k, ns, "policy", lambda s: _create_failed(s).get("status") == "False", timeout=30,
+                          what="condition CreateFailed cleared")["status"]
+            assert _create_failed(st)["reason"] == "PodsCreated"
+            assert "refused" not in (st.get("message") or ""), st
+        finally:
+            op.stop()

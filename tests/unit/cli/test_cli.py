@@ -160,8 +160,13 @@ def test_render_prints_all_objects(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     objs = list(yaml.safe_load_all(proc.stdout))
-    assert [o["kind"] for o in objs] == ["ConfigMap", "Service", "Pod", "Pod"]
+    # the job's NetworkPolicy first (networkPolicy.perJob is on in the chart), admitting the chart's operator
+    assert [o["kind"] for o in objs] == ["NetworkPolicy", "ConfigMap", "Service", "Pod", "Pod"]
     assert all(o["metadata"]["namespace"] == "ml" for o in objs)
+    operator = objs[0]["spec"]["ingress"][1]["from"][0]
+    assert operator["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "grpo-system"}
+    assert operator["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "grpo-operator",
+                                                      "app.kubernetes.io/instance": "grpo-operator"}
     p.write_text(BAD_BATCH)
     proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "render", str(p)],
                           capture_output=True, text=True, timeout=60)
@@ -177,8 +182,26 @@ def test_render_prints_the_download_pod_of_spec_cache(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     objs = list(yaml.safe_load_all(proc.stdout))
-    assert [o["kind"] for o in objs] == ["ConfigMap", "Service", "Pod", "Pod", "Pod"]
-    assert objs[2]["metadata"]["labels"]["grpo.dev/role"] == "initializer"
+    assert [o["kind"] for o in objs] == ["NetworkPolicy", "ConfigMap", "Service", "Pod", "Pod", "Pod"]
+    assert objs[3]["metadata"]["labels"]["grpo.dev/role"] == "initializer"
+
+
+def test_render_network_policy_flags(tmp_path):
+    p = tmp_path / "job.yaml"
+    p.write_text(GOOD)
+    grpojob = [sys.executable, "-m", "grpo_operator.cli.grpojob", "render", str(p)]
+    proc = subprocess.run(grpojob + ["--no-network-policy"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert [o["kind"] for o in yaml.safe_load_all(proc.stdout)] == ["ConfigMap", "Service", "Pod", "Pod"]
+    proc = subprocess.run(grpojob + ["--operator-namespace", "ops", "--operator-labels", "app=op,tier=ctl"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    operator = next(yaml.safe_load_all(proc.stdout))["spec"]["ingress"][1]["from"][0]
+    assert operator == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+                        "podSelector": {"matchLabels": {"app": "op", "tier": "ctl"}}}
+    proc = subprocess.run(grpojob + ["--operator-labels", "app"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and "--operator-labels='app'" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize("namespace", ["bad ns", "Team", "a" * 64, "-x", "x;id"])

@@ -15,7 +15,8 @@ from grpo_operator.cli import grpo_operator as main
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for k in ("GRPO_NAMESPACES", "GRPO_ALL_NAMESPACES", "GRPO_WEBHOOK_LISTEN", "GRPO_WEBHOOK_MANAGE", "GRPO_PEERING",
-              "GRPO_LOG_FORMAT", "GRPO_TRAINER_IMAGE", "GRPO_SCANNING"):
+              "GRPO_LOG_FORMAT", "GRPO_TRAINER_IMAGE", "GRPO_SCANNING", "GRPO_JOB_NETWORK_POLICY",
+              "GRPO_OPERATOR_NAMESPACE", "GRPO_OPERATOR_POD_LABELS", "GRPO_JOB_NETWORK_POLICY_METRICS_FROM"):
         monkeypatch.delenv(k, raising=False)
 
 
@@ -38,6 +39,35 @@ def test_env_from_chart(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = main.parse_args([])
     assert cfg.namespaces == ["x", "y"] and cfg.image == "img:1" and cfg.json_logs and cfg.peering == "grpo"
     assert not cfg.scanning
+
+
+def test_job_network_policy_from_chart_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert main.parse_args(["-n", "a"]).network_policy() is None  # off unless told (outside the chart)
+    monkeypatch.setenv("GRPO_JOB_NETWORK_POLICY", "true")
+    monkeypatch.setenv("GRPO_OPERATOR_NAMESPACE", "grpo-system")
+    monkeypatch.setenv("GRPO_OPERATOR_POD_LABELS", "app.kubernetes.io/instance=r,app.kubernetes.io/name=grpo-operator")
+    monkeypatch.setenv("GRPO_JOB_NETWORK_POLICY_METRICS_FROM", '[{"namespaceSelector":{"matchLabels":{"n":"mon"}}}]')
+    access = main.parse_args(["-n", "a"]).network_policy()
+    assert access is not None and access.operator_namespace == "grpo-system"
+    assert access.operator_labels == {"app.kubernetes.io/instance": "r", "app.kubernetes.io/name": "grpo-operator"}
+    assert access.metrics_from == ({"namespaceSelector": {"matchLabels": {"n": "mon"}}},)
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"GRPO_JOB_NETWORK_POLICY": "1"}, "needs GRPO_OPERATOR_POD_LABELS"),
+    ({"GRPO_OPERATOR_POD_LABELS": "app"}, "GRPO_OPERATOR_POD_LABELS='app'"),
+    ({"GRPO_JOB_NETWORK_POLICY_METRICS_FROM": "{"}, "GRPO_JOB_NETWORK_POLICY_METRICS_FROM is not JSON"),
+    ({"GRPO_JOB_NETWORK_POLICY_METRICS_FROM": '{"a": 1}'}, "a JSON list of NetworkPolicyPeer objects"),
+])
+def test_bad_network_policy_environment_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         env: dict[str, str], words: str) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exc:
+        main.parse_args(["-n", "a"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and words in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv", [[], ["--all-namespaces", "--namespace", "a"], ["-n", "a", "--webhook-manage"]])

@@ -178,13 +178,16 @@ def test_volcano_keeps_the_users_scheduler_name() -> None:
     assert {p["spec"]["schedulerName"] for p in pods} == {"volcano-gpu"}
 
 
-def test_kueue_pods_form_one_group_and_set_nothing_kueue_owns() -> None:
+def test_kueue_trainers_form_one_group_the_server_its_own_and_nothing_kueue_owns_is_set() -> None:
     _, pods = rendered(job_body(labels={g.KUEUE_QUEUE_LABEL: "team-a"}, server=True))
     group = podgroup.kueue_group_name("qwen", "0b7e8f3a-1111-2222-3333-444455556666", 0)
-    assert group == "qwen-0b7e8f3a-a0"
+    server_group = podgroup.kueue_group_name("qwen", "0b7e8f3a-1111-2222-3333-444455556666", 0, server=True)
+    assert (group, server_group) == ("qwen-0b7e8f3a-a0", "qwen-0b7e8f3a-vllm-a0")
     assert {p["metadata"]["labels"][g.KUEUE_QUEUE_LABEL] for p in pods} == {"team-a"}
-    assert {p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL] for p in pods} == {group}
-    assert {p["metadata"]["annotations"][g.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION] for p in pods} == {"3"}
+    # server mode: the server is admitted first, alone (lifecycle/server_order.py gang_groups)
+    assert {(p["metadata"]["labels"][manifests.LABEL_ROLE], p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL],
+             p["metadata"]["annotations"][g.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION]) for p in pods} == {
+        ("trainer", group, "2"), ("vllm-server", server_group, "1")}
     for pod in pods:
         assert g.KUEUE_MANAGED_LABEL not in pod["metadata"]["labels"]
         assert not pod["metadata"].get("finalizers") and not pod["spec"].get("schedulingGates")
@@ -215,9 +218,10 @@ def test_kueue_group_name_examples() -> None:
 @given(name=st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,250}[a-z0-9])?", fullmatch=True),
        uid=st.uuids().map(str) | st.just(""), attempt=st.integers(0, 10 ** 6))
 def test_kueue_group_name_is_a_valid_label_value_and_subdomain(name: str, uid: str, attempt: int) -> None:
-    group = podgroup.kueue_group_name(manifests.names(name).base, uid, attempt)
-    assert len(group) <= 63 and DNS1123_SUBDOMAIN.match(group), group
-    assert group.endswith(f"-a{attempt}")
+    for server in (False, True):
+        group = podgroup.kueue_group_name(manifests.names(name).base, uid, attempt, server=server)
+        assert len(group) <= 63 and DNS1123_SUBDOMAIN.match(group), group
+        assert group.endswith(f"-vllm-a{attempt}" if server else f"-a{attempt}")
 
 
 @pytest.mark.parametrize("attempt, kueue, expected", [
@@ -274,7 +278,7 @@ def test_scheduling_spec_errors(scheduling: dict[str, Any], field_msg: str) -> N
 def test_kueue_pods_of_a_later_attempt_have_new_names_and_the_same_hostnames(server: bool) -> None:
     body = job_body(labels={g.KUEUE_QUEUE_LABEL: "team-a"}, server=server)
     _, first = rendered(body, attempt=0)
-    _, later = rendered(body, attempt=3, kueue_group="qwen-0b7e8f3a-a0")
+    _, later = rendered(body, attempt=3, kueue_group="qwen-0b7e8f3a-a0", kueue_server_group="qwen-0b7e8f3a-vllm-a0")
     assert [p["metadata"]["name"] for p in first] == ["qwen-vllm-0"] * server + ["qwen-node-0", "qwen-node-1"]
     assert [p["metadata"]["name"] for p in later] == ["qwen-vllm-0-a3"] * server + ["qwen-node-0-a3", "qwen-node-1-a3"]
     assert [p["spec"].get("hostname") for p in later] == [p["spec"].get("hostname") for p in first]
@@ -282,8 +286,9 @@ def test_kueue_pods_of_a_later_attempt_have_new_names_and_the_same_hostnames(ser
     assert [p["spec"]["containers"][0].get("args") for p in later if "hostname" in p["spec"]] and all(
         "--rdzv-endpoint=qwen-node-0.qwen:29400" in p["spec"]["containers"][0]["args"]
         for p in later if "hostname" in p["spec"])
-    # the replacements join the run's group (the lifecycle's choice)
-    assert {p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL] for p in later} == {"qwen-0b7e8f3a-a0"}
+    # the replacements join the run's groups (the lifecycle's choice)
+    assert {p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL] for p in later} == {
+        "qwen-0b7e8f3a-a0", *(["qwen-0b7e8f3a-vllm-a0"] * server)}
     assert {p["metadata"]["labels"]["grpo.dev/attempt"] for p in later if "hostname" in p["spec"]} == {"3"}
 
 

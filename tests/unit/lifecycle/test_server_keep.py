@@ -1,7 +1,8 @@
 """decide() in server mode across restarts (lifecycle/server_keep.py): a retryable trainer failure restarts the
 trainers and keeps a healthy vLLM server (same pod, same uid), whose engine probe runs before the next trainers are
 created; a failed or hung probe, a server failure or the kept-server-without-progress rule restart the server too,
-in the server-first order; suspend, the deadline and give-up end both; colocate and Kueue as before."""
+in the server-first order; suspend, the deadline and give-up end both; the same under a PodGroup and Kueue;
+colocate as before."""
 
 from __future__ import annotations
 
@@ -217,11 +218,12 @@ def test_podgroup_keeps_the_server_too() -> None:
     assert sorted(d.delete_pods) == TRAINERS and d.status["vllmServerAttempt"] == 0
 
 
-def test_kueue_restarts_all() -> None:
-    """Not wired under Kueue: the server is in the attempt's pod group (docs/operator.md)."""
+def test_kueue_keeps_the_server_too() -> None:
+    """Under Kueue the server is a pod group of its own: a trainer restart keeps it (the pod groups:
+    tests/unit/gang/test_gang_kueue_server.py)."""
     b = body(labels={"kueue.x-k8s.io/queue-name": "q"})
     d = trainer_failure(b)
-    assert SERVER in d.delete_pods and "vllmServerAttempt" not in d.status
+    assert sorted(d.delete_pods) == TRAINERS and d.status["vllmServerAttempt"] == 0
 
 
 def test_colocate_unchanged() -> None:

@@ -1,6 +1,6 @@
 """decide() in server mode (lifecycle/server_wait.py carrying out server_order.plan()): the server pod first, the
 trainers only once it is Ready, the start-up deadline a retryable failure of the server, the status saying why it
-waits; colocate and Kueue unchanged."""
+waits (Kueue included: the server is its own pod group); colocate unchanged."""
 
 from __future__ import annotations
 
@@ -135,11 +135,10 @@ def test_trainers_are_not_withheld_once_created() -> None:
     assert d.status["phase"] == "Running" and not d.create_pods and not d.delete_pods
 
 
-def test_kueue_keeps_all_at_once() -> None:
-    """Not wired under Kueue: its pod group counts the server with the trainers (docs/operator.md)."""
+def test_kueue_server_first_in_its_own_group() -> None:
+    """Under Kueue too: the server alone first, in a pod group of its own (tests/unit/gang/test_gang_kueue_server.py)."""
     d = decide(body(labels={"kueue.x-k8s.io/queue-name": "q"}), [])
-    assert sorted(d.create_pods) == ["job-node-0-a0", "job-node-1-a0", "job-vllm-0-a0"] or \
-        sorted(d.create_pods) == ["job-node-0", "job-node-1", "job-vllm-0"]
+    assert d.create_pods == ["job-vllm-0"] and d.kueue_server_group == "job-uid1-vllm-a0" and d.kueue_group is None
 
 
 def test_colocate_unchanged() -> None:

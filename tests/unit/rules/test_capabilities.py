@@ -40,6 +40,7 @@ def _job(need: cap.Need, gpu: bool = False, image: Any = None) -> dict[str, Any]
             node = node.setdefault(part, {})
         node[rest[-1]] = need.example()
     spec["hfTokenSecretRef"] = {"name": "hf"}  # pushToHub warns without one
+    spec.setdefault("template", {})["env"] = [{"name": "WANDB_MODE", "value": "offline"}]  # wandb refuses no key
     if image:
         spec["image"] = image
     return doc
@@ -120,16 +121,38 @@ def test_every_tracker_and_optimizer_transformers_knows_is_in_the_table() -> Non
 
 def test_lists_custom_images_and_the_cpu_image_on_gpus() -> None:
     doc = manifest("j")
-    doc["spec"]["training"]["reportTo"] = ["none", "wandb"]
+    doc["spec"]["training"]["reportTo"] = ["none", "mlflow"]
     res = validation.validate(doc)
-    assert [e.field for e in res.errors] == ["spec.training.reportTo"] and "wandb" in res.errors[0].message
-    doc["spec"]["training"]["reportTo"] = "all"
+    assert [e.field for e in res.errors] == ["spec.training.reportTo"] and "mlflow" in res.errors[0].message
+    doc["spec"]["training"]["reportTo"] = ["all"]  # every tracker the image installs: tensorboard, wandb, trackio
+    doc["spec"]["template"] = {"env": [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "w"}}}]}
     doc["spec"]["image"] = "ghcr.io/grpo-operator/grpo-trainer:0.1.0-cpu"
     res = validation.validate(doc)
-    assert res.valid and any(w.startswith("spec.training.reportTo: all") for w in res.warnings)
+    assert res.valid and not any(w.startswith("spec.training.reportTo") for w in res.warnings), res.warnings
     assert any(w.startswith("spec.image:") and "CPU trainer image" in w for w in res.warnings)
     doc["spec"]["training"] = {"pushToHub": True}
     assert any("hfTokenSecretRef" in w for w in validation.validate(doc).warnings)
+
+
+@pytest.mark.parametrize("report", ["wandb", ["tensorboard", "wandb"], "all", ["all"]])
+def test_wandb_needs_a_key_or_offline_mode(report: Any) -> None:
+    """Without WANDB_API_KEY wandb stops the trainer at start ("No API key configured"): refused for the project's
+    images, warned for an image of the user's own; a secretKeyRef or WANDB_MODE is enough."""
+    doc = manifest("j")  # GPU pods: the CUDA image (wandb is in both)
+    doc["spec"]["training"]["reportTo"] = report
+    res = validation.validate(doc)
+    assert [e.field for e in res.errors] == ["spec.training.reportTo"], res.errors
+    assert "WANDB_API_KEY" in res.errors[0].message and "WANDB_MODE=offline" in res.errors[0].message
+    assert ("list the trackers instead of all" in res.errors[0].message) == ("all" in str(report))
+    doc["spec"]["image"] = "my.registry/my-trainer:1"
+    res = validation.validate(doc)
+    assert res.valid and any(w.startswith("spec.training.reportTo: ") and "wandb key" in w for w in res.warnings)
+    del doc["spec"]["image"]
+    for env in ({"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api-key"}}},
+                {"name": "WANDB_MODE", "value": "offline"}):
+        doc["spec"]["template"] = {"env": [env]}
+        res = validation.validate(doc)
+        assert res.valid and not any("wandb" in w for w in res.warnings), (res.errors, res.warnings)
 
 
 def test_docs_are_generated_from_the_table() -> None:

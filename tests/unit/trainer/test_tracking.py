@@ -41,7 +41,8 @@ def test_nothing_for_integrations_not_reported_to_and_the_users_values_win() -> 
 
 def test_apply_sets_the_process_environment(monkeypatch) -> None:
     monkeypatch.setenv("GRPO_ATTEMPT", "4")
-    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", "")  # recorded, so the value apply() sets is undone afterwards
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR")
     assert tracking.apply(["tensorboard"], "/o", UID) == {"TENSORBOARD_LOGGING_DIR": "/o/tensorboard/attempt-4"}
     assert os.environ["TENSORBOARD_LOGGING_DIR"] == "/o/tensorboard/attempt-4"
     assert tracking.apply(["tensorboard"], "/o", UID) == {}  # already set: kept
@@ -58,3 +59,9 @@ def test_the_run_is_named_after_the_job_unless_the_spec_names_it() -> None:
     doc = config_doc("/out")
     doc["job"] = {"name": "", "namespace": "", "uid": ""}
     assert config.grpo_kwargs(config.parse(doc), cuda=False)["run_name"] is None  # TRL's default
+
+
+def test_all_means_every_tracker_the_images_ship() -> None:
+    got = tracking.environment(["all"], "/o", UID, {"GRPO_ATTEMPT": "2"})
+    assert got["TENSORBOARD_LOGGING_DIR"] == "/o/tensorboard/attempt-2" and got["WANDB_RUN_ID"] == UID
+    assert got["TRACKIO_DIR"] == "/o/trackio"
