@@ -277,7 +277,7 @@ def test_upgrade_keeps_the_webhook_and_uninstall_strands_nothing(release: User) 
 
 
 # ------------------------------------------------- an upgrade that tightens a rule under a running job (issue 22)
-LONG_STEPS = 600  # ~80 s at 0.14 s a step: outlasts the operator's rollout (~15 s)
+LONG_STEPS = 1500  # 150-300 s at 0.1-0.2 s a step: outlasts the operator's rollout (10-63 s seen: the old pod's exit)
 
 
 def start_long_job(user: User) -> tuple[str, dict[str, str]]:
