@@ -8,6 +8,16 @@
 #   5-6. spec.parallelism zero3 and fsdp: the DeepSpeed / FSDP arguments the operator renders (render/parallelism.py),
 #      accepted by GRPOConfig and trained under torchrun on up to 2 GPUs with vLLM colocated (ZeRO-3: the gathered
 #      weights reach vLLM, a full model is saved). ZeRO-3 needs deepspeed in this Python (the CUDA lock must ship it).
+#   7. the server kept across a trainer restart (docs/operator.md, "What a restart keeps"): trainer A in server mode
+#      is SIGKILLed after step 2 (exit 137, as in a gang restart); the operator's own engine probe
+#      (controller/engine_probe.py) finds the kept server healthy; trainer B (new process group, same output dir,
+#      attempt 1) resumes from A's checkpoint, opens a new NCCL weight-sync communicator with the same server and
+#      trains to the end with the weights reaching vLLM. Prints the time from the kill to B's first step.
+#   8. an observation, not a pass: a trainer SIGKILLed in the middle of a weight sync (a hook in its
+#      update_named_params, once the server has the update request) and what the engine probe then sees (the
+#      wedge rule); then whether a next trainer can still train against that server. Runs last: it may wedge the server.
+# GPU_CHECK_CASES="2 7 8" runs only those cases (default: all; the server starts for any of 2, 4, 7, 8): a short
+# device lease fits cases 2, 7 and 8.
 # The model is examples/local-tiny (built offline by build_assets.py) unless GPU_CHECK_MODEL names another path.
 # Needs a Python with the CUDA lock installed (trainer_image/lock-cuda.txt + this project):
 #   PYTHON=/opt/venv/bin/python bash scripts/gpu-check.sh      # e.g. inside the CUDA trainer image
@@ -18,6 +28,8 @@ PY=${PYTHON:-.venv/bin/python}
 MODEL=${GPU_CHECK_MODEL:-$PWD/examples/local-tiny/model}
 DATA=$PWD/examples/local-tiny/data/arithmetic.jsonl
 STEPS=${GPU_CHECK_STEPS:-20}
+CASES=" ${GPU_CHECK_CASES:-1 2 3 4 5 6 7 8} "
+want() { case "$CASES" in *" $1 "*) return 0 ;; esac; return 1; }
 WORK=$(mktemp -d /tmp/gpu-check.XXXXXX)
 SERVER_PID=
 cleanup() {
@@ -86,14 +98,17 @@ PY
 }
 
 t0=$SECONDS
-echo "gpu-check: 1/6 colocate on GPU 0"
 config colocate "$WORK/colocate" > "$WORK/colocate.json"
+if want 1; then
+echo "gpu-check: 1/8 colocate on GPU 0"
 CUDA_VISIBLE_DEVICES=0 timeout 240 "$PY" -m grpo_trainer --config "$WORK/colocate.json" > "$WORK/colocate.log" 2>&1 \
   || { tail -30 "$WORK/colocate.log"; echo "gpu-check: colocate FAILED"; exit 1; }
 grep -q "generating with vLLM, colocate mode, on GPU" "$WORK/colocate.log" || { echo "gpu-check: colocate did not use vLLM"; exit 1; }
 report colocate "$WORK/colocate.log"
+fi
 
-echo "gpu-check: 2/6 server mode: vLLM server on GPU $SERVER_GPU, trainer on GPU 0"
+if want 2 || want 4 || want 7 || want 8; then
+echo "gpu-check: 2/8 server mode: vLLM server on GPU $SERVER_GPU, trainer on GPU 0"
 PORT=$("$PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 cat > "$WORK/job.yaml" <<EOF
 apiVersion: grpo.dev/v1alpha1
@@ -127,6 +142,7 @@ PY
 VLLM_BIN=$(dirname "$PY")/vllm
 [ -x "$VLLM_BIN" ] && ARGV[0]=$VLLM_BIN
 echo "gpu-check: server argv: ${ARGV[*]}"
+server_t0=$SECONDS
 CUDA_VISIBLE_DEVICES=$SERVER_GPU VLLM_SERVER_DEV_MODE=1 setsid "${ARGV[@]}" > "$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 1 180); do
@@ -135,16 +151,18 @@ for _ in $(seq 1 180); do
   sleep 1
 done
 curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { tail -30 "$WORK/server.log"; echo "gpu-check: server not healthy"; exit 1; }
-echo "gpu-check: server healthy after $((SECONDS - t0)) s of the check"
+SERVER_START_S=$((SECONDS - server_t0))
+echo "gpu-check: server healthy after $SERVER_START_S s (its cold start)"
 config server "$WORK/server" "$PORT" > "$WORK/server.json"
-if ! CUDA_VISIBLE_DEVICES=0 timeout 240 "$PY" -m grpo_trainer --config "$WORK/server.json" > "$WORK/trainer.log" 2>&1; then
+fi
+if want 2 && ! CUDA_VISIBLE_DEVICES=0 timeout 240 "$PY" -m grpo_trainer --config "$WORK/server.json" > "$WORK/trainer.log" 2>&1; then
   tail -30 "$WORK/trainer.log"
   if [ "$GPUS" -lt 2 ] && grep -qi "duplicate gpu" "$WORK/trainer.log" "$WORK/server.log"; then
     echo "gpu-check: server mode needs 2 GPUs here: NCCL refuses the trainer and the server on the same device"
   fi
   echo "gpu-check: server mode FAILED"; exit 1
 fi
-report server "$WORK/trainer.log"
+want 2 && report server "$WORK/trainer.log"
 
 # LoRA (spec.peft): TRL merges the adapter, syncs the merged weights into vLLM and unmerges; the same logprob measure
 # shows whether they landed (CPU proves colocate: tests/e2e/vllm/test_vllm_colocate_lora.py; NCCL into a server is
@@ -153,17 +171,21 @@ with_lora() {
   "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["outputDir"] += "-lora"
 d["peft"] = {"r": 8, "alpha": 16, "dropout": 0.0, "targetModules": "all-linear"}; print(json.dumps(d))' "$1"
 }
-echo "gpu-check: 3/6 LoRA + vLLM colocate on GPU 0"
+if want 3; then
+echo "gpu-check: 3/8 LoRA + vLLM colocate on GPU 0"
 with_lora "$WORK/colocate.json" > "$WORK/lora-colocate.json"
 CUDA_VISIBLE_DEVICES=0 timeout 240 "$PY" -m grpo_trainer --config "$WORK/lora-colocate.json" > "$WORK/lora-colocate.log" 2>&1 \
   || { tail -30 "$WORK/lora-colocate.log"; echo "gpu-check: LoRA colocate FAILED"; exit 1; }
 [ -f "$WORK/colocate-lora/adapter_model.safetensors" ] || { echo "gpu-check: LoRA colocate saved no adapter"; exit 1; }
 report lora-colocate "$WORK/lora-colocate.log"
-echo "gpu-check: 4/6 LoRA + vLLM server (merged weights over NCCL)"
+fi
+if want 4; then
+echo "gpu-check: 4/8 LoRA + vLLM server (merged weights over NCCL)"
 with_lora "$WORK/server.json" > "$WORK/lora-server.json"
 CUDA_VISIBLE_DEVICES=0 timeout 240 "$PY" -m grpo_trainer --config "$WORK/lora-server.json" > "$WORK/lora-server.log" 2>&1 \
   || { tail -30 "$WORK/lora-server.log"; echo "gpu-check: LoRA server mode FAILED"; exit 1; }
 report lora-server "$WORK/lora-server.log"
+fi
 
 # spec.parallelism: the trainer config gets exactly what the operator renders for the preset.
 with_parallelism() {
@@ -179,7 +201,8 @@ print(json.dumps(d))' "$1" "$2"
 NPROC=$(( GPUS >= 2 ? 2 : 1 ))
 for strategy in zero3 fsdp; do
   n=$([ "$strategy" = zero3 ] && echo 5 || echo 6)
-  echo "gpu-check: $n/6 spec.parallelism $strategy, torchrun $NPROC process(es), vLLM colocate"
+  want "$n" || continue
+  echo "gpu-check: $n/8 spec.parallelism $strategy, torchrun $NPROC process(es), vLLM colocate"
   if [ "$strategy" = zero3 ] && ! "$PY" -c "import deepspeed" 2>/dev/null; then
     echo "gpu-check: deepspeed is not installed in this Python: the CUDA lock must ship it (issue 19)"; exit 1
   fi
@@ -191,4 +214,6 @@ for strategy in zero3 fsdp; do
   ls "$WORK/colocate-$strategy"/*.safetensors >/dev/null 2>&1 || { echo "gpu-check: $strategy saved no model"; exit 1; }
   report "$strategy" "$WORK/$strategy.log"
 done
+
+if want 7 || want 8; then source scripts/gpu-check-restart.sh; fi
 echo "gpu-check: OK in $((SECONDS - t0)) s"

@@ -185,7 +185,7 @@ class Controller:
             return hit[1]
         doc = {k: body.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
         doc["metadata"] = {k: v for k, v in meta.items() if k in ("name", "namespace", "labels", "annotations", "uid")}
-        res = validation.validate(doc)
+        res = validation.validate(doc, self.config.limits)
         self._vcache[key] = (sig, res)
         self._vcache.move_to_end(key)
         while len(self._vcache) > VALIDATION_CACHE_SIZE:
@@ -413,7 +413,7 @@ def build(cfg: Settings) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, 
     if cfg.webhook_listen:
         from ..webhook import server as webhook
 
-        webhook.register(registry, opmetrics.count_review)
+        webhook.register(registry, opmetrics.count_review, cfg.limits)
         if cfg.webhook_manage:  # our own writer of the configuration, not kopf's managed mode (webhookconfig.py)
             settings.admission.server = webhookconfig.publishing(settings.admission.server, lambda: controller.kube, cfg)
     return registry, settings, controller

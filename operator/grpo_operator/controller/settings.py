@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from .. import lifecycle
 from ..render import manifests, netpol
+from ..rules.limits import MAX_NODES_ENV, Limits
 from ..webhook.server import parse_service
 from .leader import Timing
 from .metrics import parse_listen
@@ -32,6 +33,7 @@ class Settings:
     image: str = manifests.DEFAULT_TRAINER_IMAGE
     resync_seconds: float = 60.0
     policy: lifecycle.Policy = field(default_factory=lifecycle.Policy)
+    limits: Limits = field(default_factory=Limits)  # the platform team's admission policy (rules/limits.py)
     webhook_listen: Optional[str] = None
     webhook_host: Optional[str] = None
     webhook_manage: bool = False
@@ -84,6 +86,8 @@ class Settings:
                                     force_delete_after=seconds_or_off(
                                         "GRPO_FORCE_DELETE_AFTER_SECONDS", e.get("GRPO_FORCE_DELETE_AFTER_SECONDS",
                                                                                  "60"))),
+            limits=Limits(max_nodes_per_job=num(MAX_NODES_ENV, e[MAX_NODES_ENV], int)
+                          if e.get(MAX_NODES_ENV, "").strip() else None),
             webhook_listen=e.get("GRPO_WEBHOOK_LISTEN") or None,
             webhook_host=e.get("GRPO_WEBHOOK_HOST") or None,
             webhook_manage=e.get("GRPO_WEBHOOK_MANAGE", "") in ("1", "true", "yes"),
@@ -244,6 +248,8 @@ def check(cfg: Settings) -> Optional[str]:
         return "--trainer-metrics-port must be a port number (0: off)"
     if cfg.max_concurrent_writes < 1:  # 0 would let no write through, ever
         return f"environment: GRPO_MAX_CONCURRENT_WRITES must be >= 1, got {cfg.max_concurrent_writes}"
+    if cfg.limits.problem():
+        return f"environment: {cfg.limits.problem()}"
     if cfg.resync_seconds <= 0:  # 0 would re-kick every job in a busy loop
         return f"environment: GRPO_RESYNC_SECONDS must be > 0, got {cfg.resync_seconds:g}"
     for flag, listen in (("--metrics-listen", cfg.metrics_listen), ("--webhook-listen", cfg.webhook_listen)):

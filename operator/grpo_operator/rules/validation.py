@@ -15,6 +15,7 @@ from .. import api
 from ..api import gang as gang_names
 from ..api import trl_fields
 from . import batch, capabilities, parallelism, secrets, topology
+from .limits import NO_LIMITS, Limits, nodes_problem
 
 DNS1123_LABEL = re.compile(api.DNS1123_LABEL)
 DNS1123_SUBDOMAIN = re.compile(api.DNS1123_SUBDOMAIN)
@@ -321,14 +322,14 @@ def _reserved_errors(spec: api.GRPOJobSpec) -> list[FieldError]:
     return errors
 
 
-def validate_spec(name: str, spec_doc: Any) -> ValidationResult:
-    """Validate a spec (the dict under .spec) for a job called `name`."""
-    res = _validate_spec(name, spec_doc)
+def validate_spec(name: str, spec_doc: Any, limits: Limits = NO_LIMITS) -> ValidationResult:
+    """Validate a spec (the dict under .spec) for a job called `name`, within the cluster's `limits`."""
+    res = _validate_spec(name, spec_doc, limits)
     res.errors = capped(res.errors)
     return res
 
 
-def _validate_spec(name: str, spec_doc: Any) -> ValidationResult:
+def _validate_spec(name: str, spec_doc: Any, limits: Limits) -> ValidationResult:
     res = ValidationResult()
     if not isinstance(spec_doc, dict):
         res.errors.append(FieldError("spec", f"spec must be a mapping, got {type(spec_doc).__name__}"))
@@ -351,6 +352,9 @@ def _validate_spec(name: str, spec_doc: Any) -> ValidationResult:
     if topo is None:
         return res
     res.topology = topo
+    over = nodes_problem(spec.nodes, limits)
+    if over:
+        res.errors.append(FieldError("spec.nodes", over))
     res.errors += _vllm_errors(spec, topo)
     t = api.training_kwargs(spec.training)
     res.errors += _model_init_errors(t)
@@ -363,8 +367,9 @@ def _validate_spec(name: str, spec_doc: Any) -> ValidationResult:
     return res
 
 
-def validate(doc: Any) -> ValidationResult:
-    """Validate a whole GRPOJob object (as applied to the cluster or read from a file)."""
+def validate(doc: Any, limits: Limits = NO_LIMITS) -> ValidationResult:
+    """Validate a whole GRPOJob object (as applied to the cluster or read from a file), within the cluster's
+    `limits` (the operator's policy; none by default)."""
     if not isinstance(doc, dict):
         res = ValidationResult(not_a_grpojob=True)
         res.errors.append(FieldError("", f"expected a GRPOJob mapping, got {type(doc).__name__}"))
@@ -392,7 +397,7 @@ def validate(doc: Any) -> ValidationResult:
     if "spec" not in doc:
         res = ValidationResult(errors=name_errors + [FieldError("spec", "required field is missing")])
         return res
-    res = validate_spec(name, doc.get("spec"))
+    res = validate_spec(name, doc.get("spec"), limits)
     res.errors = name_errors + res.errors
     if res.job is not None and isinstance(meta, dict):
         res.job.metadata = api.ObjectMeta.model_validate({k: v for k, v in meta.items() if isinstance(k, str)})

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from .. import api
 from ..rules import validation
+from ..rules.limits import NO_LIMITS, Limits
 
 # Spec fields a running job cannot change: its pods were rendered from them (topology, batch, model, data…).
 MUTABLE_FIELDS = {"runPolicy"}
@@ -77,8 +78,9 @@ def _format_errors(name: str, res: validation.ValidationResult) -> str:
     return "\n".join(lines)
 
 
-def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mapping[str, Any]] = None) -> Review:
-    """Admit or deny a GRPOJob CREATE/UPDATE (dicts as in the AdmissionReview)."""
+def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mapping[str, Any]] = None,
+           limits: Limits = NO_LIMITS) -> Review:
+    """Admit or deny a GRPOJob CREATE/UPDATE (dicts as in the AdmissionReview), within the operator's `limits`."""
     if operation not in ("CREATE", "UPDATE") or new is None:
         return Review(True)
     if operation == "UPDATE" and (new.get("metadata") or {}).get("deletionTimestamp"):
@@ -87,8 +89,8 @@ def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mappi
     name = (new.get("metadata") or {}).get("name") or (new.get("metadata") or {}).get("generateName") or "?"
     if isinstance(doc.get("metadata"), dict) and not doc["metadata"].get("name") and doc["metadata"].get("generateName"):
         doc["metadata"] = {**doc["metadata"], "name": doc["metadata"]["generateName"].rstrip("-.") or "job"}
-    res = validation.validate(doc)
-    if not res.valid and operation == "UPDATE" and old is not None and _adds_no_error(new, old, res):
+    res = validation.validate(doc, limits)
+    if not res.valid and operation == "UPDATE" and old is not None and _adds_no_error(new, old, res, limits):
         first = res.errors[0].field if res.errors else "spec"
         return Review(True, "", [f"today's rules refuse this job's stored spec ({len(res.errors)} error(s), first: "
                                  f"{first}); admitted: this update adds no error"])
@@ -98,7 +100,7 @@ def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mappi
     warnings = [f"spec: {w}" if not w.startswith("spec") else w for w in res.warnings]
     if operation == "UPDATE" and old is not None:
         old_doc = {k: old.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in old}
-        old_valid = validation.validate(old_doc).valid
+        old_valid = validation.validate(old_doc, limits).valid
         if old_valid:  # a Rejected (invalid) job may be fixed freely: it never had pods
             old_spec = old.get("spec") or {}
             new_spec = new.get("spec") or {}
@@ -119,7 +121,8 @@ def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mappi
     return Review(True, "", warnings)
 
 
-def _adds_no_error(new: Mapping[str, Any], old: Mapping[str, Any], res: validation.ValidationResult) -> bool:
+def _adds_no_error(new: Mapping[str, Any], old: Mapping[str, Any], res: validation.ValidationResult,
+                   limits: Limits) -> bool:
     """An UPDATE of a job whose stored spec today's rules refuse (an operator upgrade tightened a rule): admitted when
     it changes only metadata and the mutable spec fields, and every error it has the stored object had already. A
     label, another controller's finalizer, suspending the job: never blocked by a rule the job predates."""
@@ -129,5 +132,5 @@ def _adds_no_error(new: Mapping[str, Any], old: Mapping[str, Any], res: validati
     if any(old_spec.get(k) != new_spec.get(k) for k in set(old_spec) | set(new_spec) if k not in MUTABLE_FIELDS):
         return False
     old_doc = {k: old.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in old}
-    before = {(e.field, e.message) for e in validation.validate(old_doc).errors}
+    before = {(e.field, e.message) for e in validation.validate(old_doc, limits).errors}
     return all((e.field, e.message) in before for e in res.errors)

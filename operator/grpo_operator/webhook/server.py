@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from .. import api
+from ..rules.limits import NO_LIMITS, Limits
 from . import certs
 from .review import Review, review
 
@@ -40,8 +41,10 @@ class RefusalIsNotAnError(logging.Filter):
 _REFUSAL_FILTER = RefusalIsNotAnError()
 
 
-def register(registry: Any, on_review: Optional[Callable[[str, Review], None]] = None) -> None:
-    """`on_review(operation, review)` is called for every review (the controller counts them in its metrics)."""
+def register(registry: Any, on_review: Optional[Callable[[str, Review], None]] = None,
+             limits: Limits = NO_LIMITS) -> None:
+    """`on_review(operation, review)` is called for every review (the controller counts them in its metrics);
+    `limits`: the operator's policy (GRPO_MAX_NODES_PER_JOB), the same the controller applies."""
     import kopf
 
     # kopf's per-object logger (a LoggerAdapter over "kopf.objects"): filters on a logger see its own records
@@ -53,7 +56,7 @@ def register(registry: Any, on_review: Optional[Callable[[str, Review], None]] =
                                operation: Optional[str] = None, **_: Any) -> None:
         new_d = dict(new) if new is not None else (dict(body) if body is not None else None)
         old_d = dict(old) if old is not None else None
-        r = review(operation or "", new_d, old_d)
+        r = review(operation or "", new_d, old_d, limits)
         if on_review is not None:
             on_review(operation or "", r)
         warnings.extend(r.warnings)

@@ -365,7 +365,6 @@ def test_server_mode_the_vllm_server_is_ready_before_the_trainers(release: User)
 def test_upgrade_keeps_the_webhook_and_uninstall_strands_nothing(release: User) -> None:
     user, tr = release, release.transcript
     vwc = webhook_config_name()
-    tr.note("helm upgrade: the new operator fills in the chart's (empty) configuration again")
 
     def ca_bundle() -> str | None:
         hooks = (user.json("get", "validatingwebhookconfiguration", vwc) or {}).get("webhooks") or []
@@ -373,12 +372,27 @@ def test_upgrade_keeps_the_webhook_and_uninstall_strands_nothing(release: User) 
 
     before = ca_bundle()
     assert before
+    kept = start_long_job(user)
+    tr.note("helm upgrade to an operator whose policy refuses the running job (policy.maxNodesPerJob=1); the new "
+            "operator fills in the chart's (empty) webhook configuration again")
+    t_upgrade = time.monotonic()
     user.helm("upgrade", RELEASE, str(CHART), "-n", OP_NAMESPACE, "--reuse-values", "--set", "logging.level=DEBUG",
-              "--wait", "--timeout", "5m", timeout=400)
+              "--set", "policy.maxNodesPerJob=1", "--wait", "--timeout", "5m", timeout=400)
     # the new operator generates a new CA: wait for its configuration, not the old one's
     wait_for(lambda: ca_bundle() not in (None, before), 120, 0.5, what="the upgraded operator's webhook configuration")
+    TIMINGS["upgrade_s"] = time.monotonic() - t_upgrade
+    user.kubectl("get", "pods", "-n", OP_NAMESPACE, "-o", "wide")
     cp = user.kubectl("apply", "-n", NS, "-f", "examples/invalid-batch.yaml", check=False)
     assert cp.returncode != 0 and "denied the request" in cp.stderr, cp.stderr
+    tr.note("a new 2-node job is refused by the upgraded webhook: spec.nodes over the limit")
+    big = tiny_job("too-big", max_steps=2, save_steps=2)
+    big["spec"].pop("output")
+    cp = user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(big), check=False)
+    assert cp.returncode != 0 and "denied the request" in cp.stderr, cp.stderr
+    assert "spec.nodes: 2 nodes" in cp.stderr and "at most 1" in cp.stderr and "policy.maxNodesPerJob" in cp.stderr, \
+        cp.stderr
+    assert user.json("get", "grpojob", "too-big", "-n", NS) is None
+    keeps_training(user, *kept)
     # the refusal is not logged as an operator error
     log = user.kubectl("logs", "-n", OP_NAMESPACE, f"deployment/{RELEASE}-grpo-operator", quiet=True).stdout
     refusals = [json.loads(line) for line in log.splitlines() if "failed permanently" in line and line.startswith("{")]
@@ -388,6 +402,8 @@ def test_upgrade_keeps_the_webhook_and_uninstall_strands_nothing(release: User) 
     survivor = tiny_job("survivor", max_steps=2, save_steps=2)
     survivor["spec"]["runPolicy"]["suspend"] = True
     survivor["spec"].pop("output")
+    survivor["spec"]["nodes"] = 1  # within today's limit (a 2-node job that never started is refused)
+    survivor["spec"]["training"]["perDeviceTrainBatchSize"] = 4
     user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(survivor))
     wait_for(lambda: job_status(user, "survivor").get("phase") == "Suspended", 60, 0.5, what="survivor Suspended")
     user.helm("uninstall", RELEASE, "-n", OP_NAMESPACE, "--wait", "--timeout", "3m", timeout=300)
@@ -402,3 +418,70 @@ def test_upgrade_keeps_the_webhook_and_uninstall_strands_nothing(release: User) 
     user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(after))
     user.kubectl("delete", "grpojob", "survivor", "after-uninstall", "-n", NS, "--wait=true", "--timeout=30s")
     user.kubectl("get", "grpojobs,pods", "-n", NS)
+
+
+# ------------------------------------------------- an upgrade that tightens a rule under a running job (issue 22)
+LONG_STEPS = 1500  # 150-300 s at 0.1-0.2 s a step: outlasts the operator's rollout (10-63 s seen: the old pod's exit)
+
+
+def start_long_job(user: User) -> tuple[str, dict[str, str]]:
+    """A 2-node job that trains long enough to outlive the operator's upgrade: Running, first step logged."""
+    tr = user.transcript
+    tr.note(f"a 2-node job of {LONG_STEPS} steps, admitted under today's rules (no node limit)")
+    if user.json("get", "configmap", "tiny-model", "-n", NS) is None:  # the first test makes them; not when run alone
+        model_configmaps(user, NS)
+    job = tiny_job("kept", max_steps=LONG_STEPS, save_steps=LONG_STEPS)
+    job["spec"].pop("output")  # no checkpoints: what is asserted is that its pods are never replaced
+    user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(job))
+
+    def training() -> dict[str, str] | None:
+        ps = pods_of(user, "kept", 0)
+        if len(ps) != 2 or any(p["status"].get("phase") != "Running" for p in ps):
+            return None
+        logged = any(progress_records(logs(user, p["metadata"]["name"])) for p in ps)
+        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in ps} if logged else None
+
+    uids = wait_for(training, 300, 0.5, what="kept: both pods Running and a first training step")
+    tr.note(f"kept is training; pods {json.dumps(uids)}")
+    return "kept", uids
+
+
+def keeps_training(user: User, name: str, uids: dict[str, str]) -> None:
+    """The job the new rule refuses: SpecInvalid=True naming the rule and a Warning event, while it trains on in the
+    same pods to Succeeded."""
+    tr = user.transcript
+
+    def spec_invalid() -> dict[str, Any] | None:
+        s = job_status(user, name)
+        return next((c for c in s.get("conditions") or [] if c["type"] == "SpecInvalid" and c["status"] == "True"),
+                    None)
+
+    c = wait_for(spec_invalid, 120, 0.5, what=f"{name}: condition SpecInvalid=True from the upgraded operator")
+    assert "spec.nodes" in c["message"] and "at most 1" in c["message"] and "keeps going" in c["message"], c
+    rank0 = next((n for n in uids if progress_records(logs(user, n))), None)
+    assert rank0 is not None
+    step_then = progress_records(logs(user, rank0))[-1]["step"]
+    st = job_status(user, name)
+    tr.note(f"{name}: SpecInvalid=True at step {step_then}, phase {st.get('phase')}: {c['message']}")
+    assert st.get("phase") == "Running" and step_then < LONG_STEPS, (st.get("phase"), step_then)
+    events = (user.json("get", "events", "-n", NS, "--field-selector",
+                        f"involvedObject.name={name},reason=SpecInvalid") or {}).get("items", [])
+    assert any(e["type"] == "Warning" and "spec.nodes" in e["message"] for e in events), events
+    user.kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name},reason=SpecInvalid")
+
+    def finished() -> dict[str, Any] | None:
+        s = job_status(user, name)
+        if s.get("phase") in ("Failed", "Rejected"):
+            raise AssertionError(f"{name} did not keep training: {json.dumps(s)[:3000]}")
+        return s if s.get("phase") == "Succeeded" else None
+
+    final = wait_for(finished, 900, 1.0, what=f"{name} Succeeded")
+    user.kubectl("get", "grpojob", name, "-n", NS, "-o", "wide")
+    now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods_of(user, name)}
+    tr.note(f"{name}: Succeeded, restarts {final.get('restarts', 0)}; pods {json.dumps(now)}")
+    assert now == uids, (uids, now)  # the same two pods trained from before the upgrade to the end
+    assert not final.get("restarts"), final
+    steps = [r["step"] for r in progress_records(logs(user, rank0))]
+    assert steps[-1] == LONG_STEPS and step_then < steps[-1], (step_then, steps[-3:])
+    assert any(c["type"] == "SpecInvalid" and c["status"] == "True" for c in final.get("conditions") or []), final
+    user.kubectl("delete", "grpojob", name, "-n", NS, "--wait=true", "--timeout=60s")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import Any, Optional
 
 import kubernetes_validate
 import pytest
@@ -433,6 +433,16 @@ def test_lifecycle_values_reach_the_operator(values: dict[str, Any], force: str,
     policy = Settings.from_env(env).policy  # what the operator makes of them
     assert policy.force_delete_after == (None if force == "off" else float(force))
     assert (policy.backoff_base, policy.backoff_cap) == (float(base), float(cap))
+
+
+@pytest.mark.parametrize("values, env", [({}, None), ({"policy": {"maxNodesPerJob": None}}, None),
+                                         ({"policy": {"maxNodesPerJob": 4}}, "4")])
+def test_the_node_limit_reaches_the_operator(values: dict[str, Any], env: Optional[str]) -> None:
+    from grpo_operator.controller.settings import Settings
+
+    got = _env(by_kind(render(values), "Deployment")[0])
+    assert got.get("GRPO_MAX_NODES_PER_JOB") == env
+    assert Settings.from_env(got).limits.max_nodes_per_job == (None if env is None else int(env))
 
 
 def test_finalizers_update_is_granted_for_block_owner_deletion() -> None:

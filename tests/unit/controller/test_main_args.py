@@ -90,6 +90,7 @@ def test_json_formatter() -> None:
     ("GRPO_MAX_CONCURRENT_WRITES", "1.5", "is not an integer"),
     ("GRPO_TRAINER_METRICS_PORT", "http", "is not an integer"),
     ("GRPO_FORCE_DELETE_AFTER_SECONDS", "a minute", "seconds or 'off'"),
+    ("GRPO_MAX_NODES_PER_JOB", "two", "is not an integer"),
 ])
 def test_bad_environment_is_a_usage_error_not_a_traceback(monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str],
@@ -106,6 +107,7 @@ def test_bad_environment_is_a_usage_error_not_a_traceback(monkeypatch: pytest.Mo
     ("GRPO_MAX_CONCURRENT_WRITES", "0", "must be >= 1"),
     ("GRPO_MAX_CONCURRENT_WRITES", "-3", "must be >= 1"),
     ("GRPO_RESYNC_SECONDS", "0", "must be > 0"),
+    ("GRPO_MAX_NODES_PER_JOB", "0", "must be >= 1"),
 ])
 def test_out_of_range_environment_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str],
