@@ -246,7 +246,8 @@ class PodTemplate(_Model):
         default_factory=list, description="Extra mounts in the trainer container.")
     shmSize: Optional[Quantity] = Field(
         default=None,
-        description="Size of the /dev/shm emptyDir (NCCL needs more than the container default). Default 16Gi with GPUs."
+        description="Size of the /dev/shm emptyDir (NCCL needs more than the container default). Default 16Gi with "
+                    "GPUs; a vLLM server pod without GPUs gets 1Gi (vLLM's engine needs more than the 64Mi default)."
     )
 
 

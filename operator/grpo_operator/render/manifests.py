@@ -188,7 +188,14 @@ def _common_env(job: api.GRPOJob, threads: int | dict[str, Any]) -> list[dict[st
     return env
 
 
-def _volumes(job: api.GRPOJob, n: Names, topo: topology.Topology, with_config: bool) -> tuple[list[Any], list[Any]]:
+# vLLM's multiprocess engine puts its 160 MiB message queue in /dev/shm; a container's default is 64 MiB, so a server
+# pod without GPUs (whose default would be none) still gets a memory-backed one (measured: vLLM 0.31 CPU refuses to
+# start with "Insufficient space in /dev/shm").
+VLLM_CPU_SHM = "1Gi"
+
+
+def _volumes(job: api.GRPOJob, n: Names, topo: topology.Topology, with_config: bool,
+             shm_default: Optional[str] = None) -> tuple[list[Any], list[Any]]:
     spec = job.spec
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
@@ -200,7 +207,7 @@ def _volumes(job: api.GRPOJob, n: Names, topo: topology.Topology, with_config: b
     else:
         volumes.append({"name": "output", "emptyDir": {}})
     mounts.append({"name": "output", "mountPath": spec.output.path})
-    shm = spec.template.shmSize if spec.template.shmSize is not None else ("16Gi" if topo.gpu_resource else None)
+    shm = spec.template.shmSize if spec.template.shmSize is not None else ("16Gi" if topo.gpu_resource else shm_default)
     if shm is not None:
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(shm)}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
@@ -328,8 +335,9 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
     res, gpus, _ = vllm_server.resources(job, topo.gpu_resource)
     stopo, _ = topology.resolve(1, res.limits, res.requests, None)
     labels = {**spec.template.metadata.labels, **_labels(job, n, ROLE_VLLM)}
-    volumes, mounts = _volumes(job, n, topo if topo.gpu_resource else stopo or topo, with_config=False)
     cpu = not (stopo and stopo.gpu_resource)
+    volumes, mounts = _volumes(job, n, topo if topo.gpu_resource else stopo or topo, with_config=False,
+                               shm_default=VLLM_CPU_SHM if cpu else None)
     argv = vllm_server_argv(job, gpus, cpu=cpu)
     # dev mode: TRL's weight-transfer and cache endpoints (what `trl vllm-serve` sets)
     env = _common_env(job, threads=1) + [{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}] \

@@ -58,3 +58,36 @@ def test_gpu_server_pod_keeps_cuda_graphs_and_no_cpu_settings():
     names = {e["name"] for e in c["env"]}
     assert "--enforce-eager" not in c["args"] and "VLLM_CPU_KVCACHE_SPACE" not in names
     assert c["args"][c["args"].index("--weight-transfer-config") + 1] == '{"backend": "nccl"}'
+
+
+def server_pod(doc: dict) -> dict:
+    res = validation.validate(doc)
+    objs = manifests.render(res.job, res.topology, "ns")
+    return next(o for o in objs if o["kind"] == "Pod" and o["metadata"]["labels"]["grpo.dev/role"] == "vllm-server")
+
+
+def shm_of(pod: dict) -> str | None:
+    """The sizeLimit of the memory-backed volume mounted at /dev/shm, None without one."""
+    [c] = pod["spec"]["containers"]
+    mounted = {m["name"] for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm"}
+    vols = [v for v in pod["spec"]["volumes"] if v["name"] in mounted]
+    assert len(vols) == len(mounted) <= 1, vols
+    if not vols:
+        return None
+    assert vols[0]["emptyDir"]["medium"] == "Memory"
+    return vols[0]["emptyDir"]["sizeLimit"]
+
+
+def test_every_server_pod_gets_a_shared_memory_volume_vllm_can_start_with():
+    # vLLM 0.31's engine needs 160 MiB of /dev/shm; the container default (64 MiB) made the CPU server exit 1 on the
+    # real node before this volume
+    assert shm_of(server_pod(job("server", server_limits={"cpu": "2", "memory": "6Gi"}))) == manifests.VLLM_CPU_SHM
+    assert shm_of(server_pod(job("server", trainer_gpus=1, server_limits={"nvidia.com/gpu": 1}))) == "16Gi"
+    sized = job("server", server_limits={"cpu": "2", "memory": "6Gi"})
+    sized["spec"]["template"] = {"shmSize": "3Gi"}
+    assert shm_of(server_pod(sized)) == "3Gi"  # the user's size wins
+    # trainer pods without GPUs keep the runtime's /dev/shm (nothing in them needs more)
+    res = validation.validate(job("server", server_limits={"cpu": "2", "memory": "6Gi"}))
+    trainer = next(o for o in manifests.render(res.job, res.topology, "ns")
+                   if o["kind"] == "Pod" and o["metadata"]["labels"]["grpo.dev/role"] == "trainer")
+    assert shm_of(trainer) is None
