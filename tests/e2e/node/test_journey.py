@@ -278,6 +278,9 @@ def test_server_mode_the_vllm_server_is_ready_before_the_trainers(release: User)
         watch = subprocess.Popen([str(TOOLS / "kubectl"), "get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name}",
                                   "--watch", "--output-watch-events", "-o", "json"],
                                  env=user._env(), stdout=out, stderr=subprocess.STDOUT)
+    followers: dict[str, subprocess.Popen[bytes]] = {}  # `kubectl logs -f` of each server pod, from its start
+    server_log = manifest.with_name("srv-server.log")
+    log_out = open(server_log, "w")  # the followers write to it until the finally below
     try:
         t_apply = time.monotonic()
         cp = user.kubectl("apply", "-n", NS, "-f", str(manifest))
@@ -293,9 +296,13 @@ def test_server_mode_the_vllm_server_is_ready_before_the_trainers(release: User)
                 assert len(servers) == 1 and ready_at(servers[0]), f"trainers before a Ready server: {items}"
                 return items
             s = job_status(user, name)
-            for p in servers:  # a server that died on the way: say why (the operator would restart it)
-                assert p["status"].get("phase") != "Failed", user.kubectl(
-                    "logs", "-n", NS, p["metadata"]["name"], quiet=True, check=False).stdout[-4000:]
+            for p in servers:  # follow the server's log from its start: a failed server is deleted within seconds
+                if p["status"].get("phase") in ("Running", "Succeeded", "Failed") and p["metadata"]["name"] not in followers:
+                    followers[p["metadata"]["name"]] = subprocess.Popen(
+                        [str(TOOLS / "kubectl"), "logs", "-f", "-n", NS, p["metadata"]["name"]], env=user._env(),
+                        stdout=log_out, stderr=subprocess.STDOUT)
+                # a server that died on the way: say why (the operator would restart it)
+                assert p["status"].get("phase") != "Failed", server_log.read_text()[-4000:]
             assert s.get("phase") != "Failed" and not s.get("restarts"), s
             running: dict[str, Any] = next((c for c in s.get("conditions") or [] if c["type"] == "Running"), {})
             if servers and servers[0]["status"].get("phase") == "Running" and not ready_at(servers[0]):
@@ -347,8 +354,10 @@ def test_server_mode_the_vllm_server_is_ready_before_the_trainers(release: User)
                  what="the vLLM server pod to be deleted with the failed job")
         user.kubectl("describe", "grpojob", name, "-n", NS)
     finally:
-        watch.terminate()
-        watch.wait(10)
+        for proc in (watch, *followers.values()):
+            proc.terminate()
+            proc.wait(10)
+        log_out.close()
 
     # the watch: the server's Ready came before any trainer was created, in the API server's own order
     order = [(e["type"], e["object"]["metadata"]["name"], e["object"]["metadata"]["uid"],
