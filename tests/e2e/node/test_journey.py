@@ -7,6 +7,8 @@
   → the rank-0 container's process SIGKILLed (from the host on our node, as an OOM kill would) → gang restart →
     the new pods resume from the checkpoint on the PVC, the step continues → Succeeded → `kubectl delete` → no child
   → a job whose image does not exist: a condition with the kubelet's reason
+  → server mode on CPU: the vLLM server pod alone (the job says it waits for it), Ready on /health, only then the
+    trainers, which stop with the documented config error (weight sync needs CUDA): Failed/ConfigError
   → helm upgrade keeps the webhook; helm uninstall removes both webhook configurations and strands no GRPOJob.
 
 Where: the project's real single-node cluster (scripts/node/, root + scripts/install-test-deps.sh), or, unchanged,
@@ -18,6 +20,8 @@ The transcript of every command goes to $GRPO_JOURNEY_TRANSCRIPT (default out/jo
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 from typing import Any
 
@@ -35,7 +39,7 @@ from tests.support.journey import (
     tiny_job,
     webhook_config_name,
 )
-from tests.support.node import REPO, wait_for
+from tests.support.node import REPO, TOOLS, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the first test also builds and imports the images
 NS = "journey"
@@ -216,6 +220,155 @@ def test_a_missing_image_gets_the_kubelets_reason(release: User) -> None:
     user.kubectl("get", "grpojob", "no-image", "-n", NS)
     user.kubectl("describe", "grpojob", "no-image", "-n", NS)
     user.kubectl("delete", "grpojob", "no-image", "-n", NS, "--wait=true", "--timeout=60s")
+
+
+# ------------------------------------------------------------------------------------ vLLM server mode on CPU
+# What the trainer reports on CPU in server mode (docs/trainer.md, "Server mode"; grpo_trainer/config.py)
+SERVER_NEEDS_CUDA = ("vllm.mode=server needs a CUDA GPU in the trainer pods: TRL 1.16 pushes the trained weights to the "
+                     "vLLM server over NCCL (VLLMClient.init_communicator) and has no CPU path; on CPU use "
+                     "vllm.mode: colocate (vLLM in every training process) or none, or give the trainer pods GPUs")
+WAITING_READY = re.compile(r"^waiting for the vLLM server to be Ready \(/health\): 0/1 Ready, \d+s left of "
+                           r"startupTimeoutSeconds \(900s\) \(attempt 0\)")
+
+
+def server_job(name: str) -> dict[str, Any]:
+    """The tiny job in server mode, the server sized for a CPU node: a small KV cache (0.05 × 6Gi → vLLM's CPU
+    minimum, 1 GiB), the model's own context, requests that fit next to the two trainers on a 2-core node."""
+    job = tiny_job(name, max_steps=2, save_steps=2)
+    job["spec"].pop("output")
+    job["spec"]["vllm"] = {"mode": "server", "server": {
+        "gpuMemoryUtilization": 0.05, "maxModelLen": 256, "startupTimeoutSeconds": 900,
+        "resources": {"limits": {"cpu": "2", "memory": "6Gi"}, "requests": {"cpu": "500m", "memory": "2Gi"}}}}
+    return job
+
+
+def ready_at(pod: dict[str, Any]) -> str | None:
+    return next((c.get("lastTransitionTime") for c in pod["status"].get("conditions") or []
+                 if c["type"] == "Ready" and c["status"] == "True"), None)
+
+
+def watch_events(text: str) -> list[dict[str, Any]]:
+    """`kubectl get -w --output-watch-events -o json`'s stream (concatenated JSON documents), in the API server's
+    order."""
+    dec, i = json.JSONDecoder(), 0
+    out: list[dict[str, Any]] = []
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            return out
+        ev, i = dec.raw_decode(text, i)
+        out.append(ev)
+
+
+def test_server_mode_the_vllm_server_is_ready_before_the_trainers(release: User) -> None:
+    """spec.vllm.mode: server on CPU: the operator creates the vLLM server pod alone, says it waits for it, creates
+    the trainers only once the server is Ready (/health); the trainers then stop with the documented permanent error
+    (TRL's weight sync into the server needs CUDA), and the job fails with it, the server deleted with it."""
+    user, tr, name = release, release.transcript, "srv"
+    tr.note("server mode on CPU: the vLLM server first, the trainers once it is Ready")
+    if user.json("get", "configmap", "tiny-model", "-n", NS) is None:  # this test run alone
+        model_configmaps(user, NS)
+    manifest = REPO / "out" / "journey" / "srv.yaml"
+    manifest.write_text(yaml.safe_dump(server_job(name), sort_keys=False))
+    tr.write(manifest.read_text())
+    # the API server's own order of every change to the job's pods, from before the apply
+    stream = manifest.with_name("srv-pods.watch.json")
+    with open(stream, "w") as out:
+        watch = subprocess.Popen([str(TOOLS / "kubectl"), "get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name}",
+                                  "--watch", "--output-watch-events", "-o", "json"],
+                                 env=user._env(), stdout=out, stderr=subprocess.STDOUT)
+    followers: dict[str, subprocess.Popen[bytes]] = {}  # `kubectl logs -f` of each server pod, from its start
+    server_log = manifest.with_name("srv-server.log")
+    log_out = open(server_log, "w")  # the followers write to it until the finally below
+    try:
+        t_apply = time.monotonic()
+        cp = user.kubectl("apply", "-n", NS, "-f", str(manifest))
+        assert "spec.vllm.mode is server but the trainer pods request no GPU" in cp.stderr, cp.stderr  # the warning
+
+        waits: list[tuple[Any, ...]] = []
+
+        def trainers_created() -> list[dict[str, Any]] | None:
+            items = (user.json("get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name}") or {}).get("items", [])
+            servers = [p for p in items if p["metadata"]["labels"]["grpo.dev/role"] == "vllm-server"]
+            trainers = [p for p in items if p["metadata"]["labels"]["grpo.dev/role"] == "trainer"]
+            if trainers:  # one list: the server must be Ready in it
+                assert len(servers) == 1 and ready_at(servers[0]), f"trainers before a Ready server: {items}"
+                return items
+            s = job_status(user, name)
+            for p in servers:  # follow the server's log from its start: a failed server is deleted within seconds
+                if p["status"].get("phase") in ("Running", "Succeeded", "Failed") and p["metadata"]["name"] not in followers:
+                    followers[p["metadata"]["name"]] = subprocess.Popen(
+                        [str(TOOLS / "kubectl"), "logs", "-f", "-n", NS, p["metadata"]["name"]], env=user._env(),
+                        stdout=log_out, stderr=subprocess.STDOUT)
+                # a server that died on the way: say why (the operator would restart it)
+                assert p["status"].get("phase") != "Failed", server_log.read_text()[-4000:]
+            assert s.get("phase") != "Failed" and not s.get("restarts"), s
+            running: dict[str, Any] = next((c for c in s.get("conditions") or [] if c["type"] == "Running"), {})
+            if servers and servers[0]["status"].get("phase") == "Running" and not ready_at(servers[0]):
+                seen = (s.get("phase"), running.get("status"), running.get("reason"), running.get("message"),
+                        s.get("message"))
+                if seen not in waits:
+                    waits.append(seen)
+                    tr.write(f"server Running, not Ready; status: {seen}")
+            return None
+
+        items = wait_for(trainers_created, 600, 0.5, what="the trainer pods (after the vLLM server is Ready)")
+        t_trainers = time.monotonic() - t_apply
+        # while the server started, the job said why it waited (the status is read just after the pods: a later
+        # state may show up too)
+        assert any(w[:3] == ("Pending", "False", "WaitingForVllmServer") and WAITING_READY.match(w[3] or "")
+                   and w[3] == w[4] for w in waits), waits
+        server = next(p for p in items if p["metadata"]["labels"]["grpo.dev/role"] == "vllm-server")
+        user.kubectl("get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name}", "-o",
+                     "custom-columns=NAME:.metadata.name,UID:.metadata.uid,ROLE:.metadata.labels.grpo\\.dev/role,"
+                     "CREATED:.metadata.creationTimestamp,"
+                     "READY_AT:.status.conditions[?(@.type==\"Ready\")].lastTransitionTime")
+        user.kubectl("logs", "-n", NS, server["metadata"]["name"], "--tail=4")
+        ready = ready_at(server)
+        assert ready and server["metadata"]["creationTimestamp"] <= ready
+        for p in items:  # RFC 3339 in UTC, 1 s resolution: the watch below orders within a second
+            assert p is server or p["metadata"]["creationTimestamp"] >= ready, (p["metadata"], ready)
+        tr.note(f"trainers created {t_trainers:.1f} s after apply; server {server['metadata']['name']} "
+                f"({server['metadata']['uid']}) created {server['metadata']['creationTimestamp']}, Ready {ready}")
+
+        def failed() -> dict[str, Any] | None:
+            s = job_status(user, name)
+            return s if s.get("phase") == "Failed" else None
+
+        final = wait_for(failed, 300, 1.0, what="the documented permanent failure of server mode on CPU")
+        t_failed = time.monotonic() - t_apply
+        user.kubectl("get", "grpojob", name, "-n", NS, "-o", "wide")
+        cond = next(c for c in final["conditions"] if c["type"] == "Failed")
+        trainers = sorted(p["metadata"]["name"] for p in items if p is not server)
+        pod = cond["message"].split()[1]
+        assert pod in trainers, (cond, trainers)
+        detail = f"grpo_trainer: config error (exit 10): {SERVER_NEEDS_CUDA}"
+        assert cond["status"] == "True" and cond["reason"] == "ConfigError", cond
+        assert cond["message"].rstrip() == (f"pod {pod} exited with code 10 (config error): a permanent error "
+                                            f"(configuration, data, import or batch); not retried: {detail}"), cond
+        assert final["lastFailureReason"] == "ConfigError" and final.get("restarts", 0) == 0, final
+        assert detail in logs(user, pod).splitlines(), logs(user, pod)[-3000:]
+        # everything ends with a permanent trainer failure, the server included (docs/operator.md)
+        wait_for(lambda: user.json("get", "pod", server["metadata"]["name"], "-n", NS) is None, 180, 1.0,
+                 what="the vLLM server pod to be deleted with the failed job")
+        user.kubectl("describe", "grpojob", name, "-n", NS)
+    finally:
+        for proc in (watch, *followers.values()):
+            proc.terminate()
+            proc.wait(10)
+        log_out.close()
+
+    # the watch: the server's Ready came before any trainer was created, in the API server's own order
+    order = [(e["type"], e["object"]["metadata"]["name"], e["object"]["metadata"]["uid"],
+              e["object"]["metadata"]["resourceVersion"], bool(ready_at(e["object"])))
+             for e in watch_events(stream.read_text())]
+    tr.write("watch (type, pod, uid, resourceVersion, Ready):\n" + "\n".join(map(str, order)))
+    first_ready = next(i for i, e in enumerate(order) if e[1] == server["metadata"]["name"] and e[4])
+    first_trainer = next(i for i, e in enumerate(order) if e[1] in trainers)
+    assert order[0][:2] == ("ADDED", server["metadata"]["name"]) and first_ready < first_trainer, order
+    tr.note(f"Failed {t_failed:.1f} s after apply: {cond['reason']}: {cond['message']}")
+    user.kubectl("delete", "grpojob", name, "-n", NS, "--wait=true", "--timeout=60s")
 
 
 def test_upgrade_keeps_the_webhook_and_uninstall_strands_nothing(release: User) -> None:
