@@ -9,6 +9,7 @@
   → a job whose image does not exist: a condition with the kubelet's reason
   → server mode on CPU: the vLLM server pod alone (the job says it waits for it), Ready on /health, only then the
     trainers, which stop with the documented config error (weight sync needs CUDA): Failed/ConfigError
+  → colocate mode on CPU: vLLM inside every trainer process in the pods, the 2-node job Succeeded
   → helm upgrade keeps the webhook; helm uninstall removes both webhook configurations and strands no GRPOJob.
 
 Where: the project's real single-node cluster (scripts/node/, root + scripts/install-test-deps.sh), or, unchanged,
@@ -368,6 +369,41 @@ def test_server_mode_the_vllm_server_is_ready_before_the_trainers(release: User)
     first_trainer = next(i for i, e in enumerate(order) if e[1] in trainers)
     assert order[0][:2] == ("ADDED", server["metadata"]["name"]) and first_ready < first_trainer, order
     tr.note(f"Failed {t_failed:.1f} s after apply: {cond['reason']}: {cond['message']}")
+    user.kubectl("delete", "grpojob", name, "-n", NS, "--wait=true", "--timeout=60s")
+
+
+# ------------------------------------------------------------------------------------- vLLM colocate mode in pods
+def test_colocate_mode_generates_with_vllm_inside_the_pods(release: User) -> None:
+    """spec.vllm.mode: colocate, what docs/trainer.md tells CPU users to run: every trainer process starts its own
+    vLLM engine inside the pod (read-only root, non-root, the runtime's 64 MiB /dev/shm, the KV cache sized from the
+    pod's memory limit) and the 2-node job trains to Succeeded."""
+    user, tr, name, steps = release, release.transcript, "colo", 3
+    tr.note("colocate mode on CPU: vLLM inside each trainer process, in the pods")
+    if user.json("get", "configmap", "tiny-model", "-n", NS) is None:  # this test run alone
+        model_configmaps(user, NS)
+    job = tiny_job(name, max_steps=steps, save_steps=steps, memory="4Gi")
+    job["spec"].pop("output")
+    job["spec"]["vllm"] = {"mode": "colocate", "gpuMemoryUtilization": 0.25}  # 0.25 × 4Gi → a 1 GiB KV cache
+    manifest = REPO / "out" / "journey" / "colo.yaml"
+    manifest.write_text(yaml.safe_dump(job, sort_keys=False))
+    tr.write(manifest.read_text())
+    t_apply = time.monotonic()
+    user.kubectl("apply", "-n", NS, "-f", str(manifest))
+
+    def ended() -> dict[str, Any] | None:
+        s = job_status(user, name)
+        return s if s.get("phase") in ("Succeeded", "Failed") else None
+
+    final = wait_for(ended, 900, 2.0, what="the colocate job to end")
+    user.kubectl("get", "grpojob", name, "-n", NS, "-o", "wide")
+    pods = {p["metadata"]["name"]: p for p in pods_of(user, name)}
+    rank0 = next(n for n, p in pods.items() if p["metadata"]["labels"].get("grpo.dev/node-rank") == "0")
+    log = logs(user, rank0)
+    assert final["phase"] == "Succeeded" and not final.get("restarts"), (final, log[-4000:])
+    assert "grpo_trainer: generating with vLLM, colocate mode, on CPU (VLLM_CPU_KVCACHE_SPACE=1" in log, log[-4000:]
+    records = [r for r in progress_records(log) if "step" in r]
+    assert records and max(r["step"] for r in records) == steps, records
+    tr.note(f"colocate: Succeeded {time.monotonic() - t_apply:.1f} s after apply, {steps} steps, vLLM in each pod")
     user.kubectl("delete", "grpojob", name, "-n", NS, "--wait=true", "--timeout=60s")
 
 
