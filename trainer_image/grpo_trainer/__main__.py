@@ -7,7 +7,10 @@ import os
 import sys
 import traceback
 
-OFFLINE_SAFE_DEFAULTS = {"HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
+# HF_UPDATE_DOWNLOAD_COUNTS: datasets' own switch for the HEAD it sends to s3.amazonaws.com at every load_dataset of a
+# packaged builder (json, csv, parquet); it ignores HF_HUB_DISABLE_TELEMETRY. Set before datasets is imported.
+OFFLINE_SAFE_DEFAULTS = {"HF_HUB_DISABLE_TELEMETRY": "1", "HF_UPDATE_DOWNLOAD_COUNTS": "0",
+                         "TOKENIZERS_PARALLELISM": "false"}
 
 
 def _default_threads() -> None:

@@ -172,6 +172,10 @@ def _common_env(job: api.GRPOJob, threads: int | dict[str, Any]) -> list[dict[st
         omp,
         {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
         {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        # datasets ignores the one above: without this, every load_dataset of a packaged builder (json, csv,
+        # parquet) sends a HEAD to s3.amazonaws.com (its download count; timeout 3 s) - a network call at every
+        # pod's start that `grpojob run --local` (offline) does not make (docs/performance.md, "The journey").
+        {"name": "HF_UPDATE_DOWNLOAD_COUNTS", "value": "0"},
         {"name": "HOME", "value": "/tmp"},
         {"name": "HF_HOME", "value": "/tmp/hf-home"},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},

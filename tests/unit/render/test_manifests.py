@@ -138,6 +138,8 @@ def test_pod_shape():
     env = {e["name"]: e for e in c["env"]}
     assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "tok"}}}
     assert env["PYTHONUNBUFFERED"]["value"] == "1" and env["OMP_NUM_THREADS"]["value"] == "1"
+    # no HEAD to s3.amazonaws.com from datasets at each start (tests/unit/trainer/test_trainer_no_download_count.py)
+    assert env["HF_UPDATE_DOWNLOAD_COUNTS"]["value"] == "0" and env["HF_HUB_DISABLE_TELEMETRY"]["value"] == "1"
     assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q1"
     assert pod["metadata"]["labels"][manifests.LABEL_RANK] == "1"
     owner = pod["metadata"]["ownerReferences"][0]
