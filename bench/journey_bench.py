@@ -10,6 +10,8 @@ In one process, on the same machine, alternately:
   * local: `grpojob run --local` of the same job (nodes 2 → 2 local processes, the same model, data and training
     arguments) → its first training step (model load and first step too).
   ratio = cluster / local (goal ≤ 1.3).
+  The cluster side is observed without polling (one `kubectl logs -f` per pod): a poll loop beside the pods took
+  ~0.5 of a core of the 2-core node and slowed the start it timed (docs/performance.md).
   * resume: SIGKILL of the rank-0 container's main process from the host → the first step of the restarted gang
     (operator backoff 1 s, new pods, model load, checkpoint restore).
 
@@ -23,11 +25,14 @@ import argparse
 import calendar
 import json
 import os
+import queue
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +50,7 @@ from tests.support.journey import (
     storage,
     tiny_job,
 )
-from tests.support.node import NodeCluster, wait_for
+from tests.support.node import TOOLS, NodeCluster, wait_for
 
 PROGRESS_PREFIX = "GRPO_PROGRESS "
 
@@ -112,32 +117,74 @@ def phases(user: User, name: str, t0: float) -> dict[str, dict[str, float]]:
     return out
 
 
+class Followers:
+    """`kubectl logs -f` of each trainer pod of one attempt: their GRPO_PROGRESS records as they come, without polling.
+    (Until 2026-12-03 the bench polled `kubectl get pods` + `kubectl logs` of each pod every 0.3 s: ~0.5 of a core
+    on the 2-core node beside the two pods, which slowed the very start it timed: docs/performance.md.)  The global
+    rank 0, which logs the progress, may be on either node (c10d), so every pod is followed."""
+
+    def __init__(self, user: User, name: str, attempt: int, nodes: int = 2) -> None:
+        sel = f"grpo.dev/job-name={name},grpo.dev/attempt={attempt},grpo.dev/role=trainer"
+
+        def created() -> list[str] | None:  # the operator creates them within ~1 s: two or three cheap calls
+            got = user.json("get", "pods", "-n", NS, "-l", sel) or {}
+            names = [p["metadata"]["name"] for p in got.get("items", [])]
+            return names if len(names) >= nodes else None
+
+        self.pods = wait_for(created, 600, 0.5, what=f"the pods of attempt {attempt}")
+        self.records: queue.Queue[tuple[str, dict]] = queue.Queue()
+        self.procs = [subprocess.Popen([str(TOOLS / "kubectl"), "logs", "-f", "-n", NS, pod, "-c", "trainer",
+                                        "--pod-running-timeout=10m"], env=user._env(), stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, text=True) for pod in self.pods]
+        for pod, proc in zip(self.pods, self.procs, strict=True):
+            threading.Thread(target=self._read, args=(pod, proc), daemon=True).start()
+
+    def _read(self, pod: str, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            for rec in progress_records(line):
+                self.records.put((pod, rec))
+
+    def until(self, accept: Callable[[dict], bool], timeout: float, what: str) -> tuple[str, dict]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                pod, rec = self.records.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"timed out waiting for {what}") from None
+            if accept(rec):
+                return pod, rec
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+            proc.wait(10)
+
+
 def cluster_run(user: User, name: str, max_steps: int, kill: bool, cpu: str) -> dict[str, float]:
     # the kill run trains long enough to be killed mid-way, after a checkpoint (~0.3 s a step here)
     save = 10 if kill else max_steps
     job = tiny_job(name, max_steps=max(max_steps, 80) if kill else max_steps, save_steps=save, cpu=cpu)
     t0 = time.time()
     user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(job))
-
-    def first(attempt: int) -> tuple[str, dict] | None:
-        got = user.json("get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name},grpo.dev/attempt={attempt}")
-        for p in (got or {}).get("items", []):
-            log = user.kubectl("logs", "-n", NS, p["metadata"]["name"], "-c", "trainer", quiet=True, check=False).stdout
-            recs = progress_records(log)
-            if recs:
-                return p["metadata"]["name"], recs
-        return None
-
-    pod, recs = wait_for(lambda: first(0), 600, 0.3, what="first step")
-    out = {"apply_to_first_step_s": recs[0]["timestamp"] - t0, "phases": phases(user, name, t0)}
+    first = Followers(user, name, 0)
+    try:
+        pod, rec = first.until(lambda r: True, 600, "the first step")
+        out = {"apply_to_first_step_s": rec["timestamp"] - t0, "phases": phases(user, name, t0)}
+        if kill:
+            first.until(lambda r: save < r["step"] < 40, 600, f"a step past checkpoint-{save}")
+            t_kill = time.time()
+            user.node.kill_container_main_process(NS, pod, "trainer")
+    finally:
+        first.close()
     if kill:
-        wait_for(lambda: (r := first(0)) and save < r[1][-1]["step"] < 40 and r, 600, 0.2,
-                 what=f"a step past checkpoint-{save}")
-        t_kill = time.time()
-        user.node.kill_container_main_process(NS, pod, "trainer")
-        _, recs = wait_for(lambda: first(1), 600, 0.3, what="first resumed step")
-        out["kill_to_resumed_step_s"] = recs[0]["timestamp"] - t_kill
-        out["resumed_at_step"] = recs[0]["step"]
+        resumed = Followers(user, name, 1)
+        try:
+            _, rec = resumed.until(lambda r: True, 600, "the first resumed step")
+        finally:
+            resumed.close()
+        out["kill_to_resumed_step_s"] = rec["timestamp"] - t_kill
+        out["resumed_at_step"] = rec["step"]
     user.kubectl("delete", "grpojob", name, "-n", NS, "--wait=true", "--timeout=120s", quiet=True)
     wait_for(lambda: not user.kubectl("get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name}", "-o", "name",
                                       quiet=True).stdout.strip(), 120, 0.5, what="pods gone")
