@@ -126,16 +126,20 @@ class Followers:
     def __init__(self, user: User, name: str, attempt: int, nodes: int = 2) -> None:
         sel = f"grpo.dev/job-name={name},grpo.dev/attempt={attempt},grpo.dev/role=trainer"
 
-        def created() -> list[str] | None:  # the operator creates them within ~1 s: two or three cheap calls
+        def started() -> list[str] | None:
+            # created within ~1 s, containers started ~1 s later: a few cheap calls (`kubectl logs -f` of a container
+            # still being created exits at once)
             got = user.json("get", "pods", "-n", NS, "-l", sel) or {}
-            names = [p["metadata"]["name"] for p in got.get("items", [])]
+            names = [p["metadata"]["name"] for p in got.get("items", [])
+                     if {"running", "terminated"} & set((p["status"].get("containerStatuses") or [{}])[0]
+                                                         .get("state") or {})]
             return names if len(names) >= nodes else None
 
-        self.pods = wait_for(created, 600, 0.5, what=f"the pods of attempt {attempt}")
+        self.pods = wait_for(started, 600, 0.5, what=f"the containers of attempt {attempt}")
         self.records: queue.Queue[tuple[str, dict]] = queue.Queue()
         self.procs = [subprocess.Popen([str(TOOLS / "kubectl"), "logs", "-f", "-n", NS, pod, "-c", "trainer",
                                         "--pod-running-timeout=10m"], env=user._env(), stdout=subprocess.PIPE,
-                                       stderr=subprocess.DEVNULL, text=True) for pod in self.pods]
+                                       stderr=subprocess.STDOUT, text=True) for pod in self.pods]
         for pod, proc in zip(self.pods, self.procs, strict=True):
             threading.Thread(target=self._read, args=(pod, proc), daemon=True).start()
 
