@@ -6,17 +6,16 @@ What needs CUDA (NCCL weight sync, the kill itself) only the script on a GPU mac
 from __future__ import annotations
 
 import ast
-import http.server
 import importlib.util
-import json
 import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
+
+from tests.support.fake_vllm import FakeVllm
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = [ROOT / "scripts" / "gpu-check.sh", ROOT / "scripts" / "gpu-check-restart.sh"]
@@ -47,47 +46,15 @@ def test_the_main_script_sources_cases_7_and_8_and_lists_them():
     assert "#   7. the server kept across a trainer restart" in text and "#   8. an observation" in text
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    completions_status = 200
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def _answer(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):  # http.server's name
-        self._answer(200, {"data": [{"id": "tiny"}]})
-
-    def do_POST(self):
-        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        assert request["max_tokens"] == 1 and request["model"] == "tiny"
-        status = self.server.completions_status  # type: ignore[attr-defined]
-        self._answer(status, {"choices": [{"text": "x"}]} if status == 200 else {"error": "engine dead"})
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.mark.parametrize("status, code, says", [(200, 0, "answered"), (500, 1, "answered 500")])
-def test_the_probe_driver_runs_the_operators_engine_probe(status, code, says):
-    server = _Server(("127.0.0.1", 0), _Handler)
-    server.completions_status = status
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        body = snippet(SCRIPTS[1], "generate_one_token")
-        out = subprocess.run([sys.executable, "-", f"http://127.0.0.1:{server.server_address[1]}"], input=body,
-                             text=True, capture_output=True, env=ENV, timeout=120)
-    finally:
-        server.shutdown()
-        server.server_close()
+@pytest.mark.parametrize("mode, code, says", [("ok", 0, "answered"), ("error", 1, "answered 500")])
+def test_the_probe_driver_runs_the_operators_engine_probe(mode, code, says):
+    body = snippet(SCRIPTS[1], "generate_one_token")
+    with FakeVllm(mode=mode, model="tiny") as fake:  # a request other than the probe's (tiny, 1 token) gets a 400
+        out = subprocess.run([sys.executable, "-", fake.url], input=body, text=True, capture_output=True, env=ENV,
+                             timeout=120)
     assert out.returncode == code, out.stderr
     assert "gpu-check: engine probe of the kept server: " in out.stdout and says in out.stdout
+    assert fake.requests == 1
 
 
 def test_the_wait_driver_waits_for_a_logged_step_and_a_complete_checkpoint(tmp_path):
