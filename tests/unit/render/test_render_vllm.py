@@ -36,11 +36,14 @@ def test_server_mode_with_cpu_trainers_is_valid_with_a_warning_naming_the_fix():
     assert not any(SERVER_WARNING in w for w in validation.validate(job("server", trainer_gpus=1)).warnings)
 
 
-def server_container(doc: dict) -> dict:
+def pod_of(doc: dict, role: str) -> dict:
     res = validation.validate(doc)
-    objs = manifests.render(res.job, res.topology, "ns")
-    pod = next(o for o in objs if o["kind"] == "Pod" and o["metadata"]["labels"]["grpo.dev/role"] == "vllm-server")
-    return pod["spec"]["containers"][0]
+    return next(o for o in manifests.render(res.job, res.topology, "ns")
+                if o["kind"] == "Pod" and o["metadata"]["labels"]["grpo.dev/role"] == role)
+
+
+def server_container(doc: dict) -> dict:
+    return pod_of(doc, "vllm-server")["spec"]["containers"][0]
 
 
 def test_cpu_server_pod_runs_eager_with_kv_cache_from_its_memory_limit():
@@ -60,12 +63,6 @@ def test_gpu_server_pod_keeps_cuda_graphs_and_no_cpu_settings():
     assert c["args"][c["args"].index("--weight-transfer-config") + 1] == '{"backend": "nccl"}'
 
 
-def server_pod(doc: dict) -> dict:
-    res = validation.validate(doc)
-    objs = manifests.render(res.job, res.topology, "ns")
-    return next(o for o in objs if o["kind"] == "Pod" and o["metadata"]["labels"]["grpo.dev/role"] == "vllm-server")
-
-
 def shm_of(pod: dict) -> str | None:
     """The sizeLimit of the memory-backed volume mounted at /dev/shm, None without one."""
     [c] = pod["spec"]["containers"]
@@ -81,13 +78,10 @@ def shm_of(pod: dict) -> str | None:
 def test_every_server_pod_gets_a_shared_memory_volume_vllm_can_start_with():
     # vLLM 0.31's engine needs 160 MiB of /dev/shm; the container default (64 MiB) made the CPU server exit 1 on the
     # real node before this volume
-    assert shm_of(server_pod(job("server", server_limits={"cpu": "2", "memory": "6Gi"}))) == manifests.VLLM_CPU_SHM
-    assert shm_of(server_pod(job("server", trainer_gpus=1, server_limits={"nvidia.com/gpu": 1}))) == "16Gi"
-    sized = job("server", server_limits={"cpu": "2", "memory": "6Gi"})
-    sized["spec"]["template"] = {"shmSize": "3Gi"}
-    assert shm_of(server_pod(sized)) == "3Gi"  # the user's size wins
+    cpu_server = job("server", server_limits={"cpu": "2", "memory": "6Gi"})
+    assert shm_of(pod_of(cpu_server, "vllm-server")) == manifests.VLLM_CPU_SHM
+    assert shm_of(pod_of(job("server", trainer_gpus=1, server_limits={"nvidia.com/gpu": 1}), "vllm-server")) == "16Gi"
     # trainer pods without GPUs keep the runtime's /dev/shm (nothing in them needs more)
-    res = validation.validate(job("server", server_limits={"cpu": "2", "memory": "6Gi"}))
-    trainer = next(o for o in manifests.render(res.job, res.topology, "ns")
-                   if o["kind"] == "Pod" and o["metadata"]["labels"]["grpo.dev/role"] == "trainer")
-    assert shm_of(trainer) is None
+    assert shm_of(pod_of(cpu_server, "trainer")) is None
+    cpu_server["spec"]["template"] = {"shmSize": "3Gi"}
+    assert shm_of(pod_of(cpu_server, "vllm-server")) == "3Gi"  # the user's size wins
