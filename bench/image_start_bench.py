@@ -34,19 +34,18 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # bench/ is not a package: reach tests.support like `python -m pytest` does
 
-from tests.support.journey import tiny_job
+from tests.support.journey import PROGRESS, tiny_job
+from tests.support.node import TOOLS
 
 EXAMPLE = REPO / "examples" / "local-tiny"
-KUBECTL = REPO / ".tools" / "bin" / "kubectl"
-STATE = "/tmp/grpo-image-start"  # buildah's storage and the runs' folders (--state)
 IMAGE_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "VIRTUAL_ENV": "/opt/venv", "HF_HUB_DISABLE_TELEMETRY": "1",
              "PATH": "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
-def rendered() -> tuple[dict[str, str], dict[str, Any]]:
+def rendered(state: Path) -> tuple[dict[str, str], dict[str, Any]]:
     """(the trainer container's env, its config.json) as `grpojob render` gives them for the tiny job, one process."""
     job = tiny_job("probe", max_steps=2, save_steps=2)
-    path = Path(STATE) / "job.yaml"
+    path = state / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     out = subprocess.run([str(Path(sys.executable).parent / "grpojob"), "render", "-n", "probe", str(path)],
                          check=True, capture_output=True, text=True).stdout
@@ -59,9 +58,9 @@ def rendered() -> tuple[dict[str, str], dict[str, Any]]:
     return env, config
 
 
-def load_image(archive: Path, name: str) -> str:
+def load_image(state: Path, archive: Path, name: str) -> str:
     """The image's root filesystem (a buildah working container in this bench's own storage)."""
-    bh = ["buildah", "--root", f"{STATE}/storage", "--runroot", f"{STATE}/run", "--storage-driver", "overlay"]
+    bh = ["buildah", "--root", f"{state}/storage", "--runroot", f"{state}/run", "--storage-driver", "overlay"]
     if subprocess.run([*bh, "inspect", "--type", "image", name], capture_output=True).returncode != 0:
         subprocess.run([*bh, "pull", "-q", f"oci-archive:{archive}:{name}"], check=True, capture_output=True)
     subprocess.run([*bh, "rm", "image-start"], capture_output=True)
@@ -101,15 +100,16 @@ def runc_bundle(work: Path, rootfs: str, argv: list[str], env: dict[str, str]) -
 
 def poll_loop(stop: threading.Event) -> None:
     """journey_bench's wait for the first step: `kubectl get pods -o json`, `kubectl logs` of each pod, 0.3 s."""
-    base = [str(KUBECTL), "--server", "https://127.0.0.1:1", "--insecure-skip-tls-verify", "--request-timeout", "2s"]
+    base = [str(TOOLS / "kubectl"), "--server", "https://127.0.0.1:1", "--insecure-skip-tls-verify", "--request-timeout", "2s"]
     while not stop.is_set():
         for args in (["get", "pods", "-o", "json"], ["logs", "probe-node-0"], ["logs", "probe-node-1"]):
             subprocess.run([*base, *args], capture_output=True)
         time.sleep(0.3)
 
 
-def one(variant: str, rootfs: str, env: dict[str, str], config: dict[str, Any], n: int) -> dict[str, Any]:
-    work = Path(STATE) / f"work-{variant}"
+def one(state: Path, variant: str, rootfs: str, env: dict[str, str], config: dict[str, Any],
+        n: int) -> dict[str, Any]:
+    work = state / f"work-{variant}"
     shutil.rmtree(work, ignore_errors=True)
     for d in ("tmp", "etc-grpo", "ckpt"):
         (work / d).mkdir(parents=True)
@@ -138,7 +138,7 @@ def one(variant: str, rootfs: str, env: dict[str, str], config: dict[str, Any], 
     for line in proc.stdout:
         at = round(time.time() - t0, 2)
         row.setdefault("first_output_s", at)
-        if line.startswith("GRPO_PROGRESS "):
+        if line.startswith(PROGRESS):
             row.setdefault("first_step_s", at)
     row["rc"] = proc.wait()
     stop.set()
@@ -153,18 +153,17 @@ def main() -> int:
     ap.add_argument("--archive", type=Path, default=REPO / "out" / "images" / "grpo-trainer-cpu.tar")
     ap.add_argument("--image", default="ghcr.io/grpo-operator/grpo-trainer:0.1.0-cpu")
     ap.add_argument("--poll", action="store_true", help="also the image with journey_bench's wait loop beside it")
-    ap.add_argument("--state", default="/tmp/grpo-image-start", help="buildah's storage and the runs' folders")
+    ap.add_argument("--state", type=Path, default=Path("/tmp/grpo-image-start"),
+                    help="buildah's storage and the runs' folders")
     a = ap.parse_args()
-    global STATE
-    STATE = a.state
-    Path(STATE).mkdir(parents=True, exist_ok=True)
-    env, config = rendered()
-    rootfs = load_image(a.archive, a.image)
+    a.state.mkdir(parents=True, exist_ok=True)
+    env, config = rendered(a.state)
+    rootfs = load_image(a.state, a.archive, a.image)
     variants = ["image", "host"] + (["image+poll"] if a.poll else [])
     rows = []
     for n in range(a.rounds):
         for v in variants if n % 2 == 0 else variants[::-1]:
-            rows.append(one(v, rootfs, env, config, n))
+            rows.append(one(a.state, v, rootfs, env, config, n))
             print(json.dumps(rows[-1]), flush=True)
     for key in ("first_output_s", "first_step_s"):
         medians = {v: statistics.median(r[key] for r in rows if r["variant"] == v and key in r) for v in variants}

@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))  # bench/ is not a package: reach tests.support li
 import yaml
 
 from tests.support.journey import (
+    PROGRESS,
     Transcript,
     User,
     build_images,
@@ -51,8 +52,6 @@ from tests.support.journey import (
     tiny_job,
 )
 from tests.support.node import TOOLS, NodeCluster, wait_for
-
-PROGRESS_PREFIX = "GRPO_PROGRESS "
 
 NS = "journey-bench"
 
@@ -110,7 +109,7 @@ def phases(user: User, name: str, t0: float) -> dict[str, dict[str, float]]:
                 row.setdefault("store_reached", at)
             else:  # the workers' first output (the data set loads right after the rendezvous)
                 row.setdefault("workers_first_output", at)
-            if text.startswith(PROGRESS_PREFIX):
+            if text.startswith(PROGRESS):
                 row.setdefault("first_step", at)
                 break
         out[pod] = {k: round(v, 2) for k, v in row.items()}
