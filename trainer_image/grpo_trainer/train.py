@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any
 
-from . import data, resume, rewards
+from . import data, lean_imports, resume, rewards
 from .config import TrainerConfig, grpo_kwargs
 from .exitcodes import (
     BATCH,
@@ -148,6 +148,9 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
             from . import vllm_support
 
             vllm_support.pin_revision(revision)
+    hidden = lean_imports.hide(lean_imports.unused(args.use_vllm, args.report_to))
+    if hidden:
+        log(f"not loading {', '.join(hidden)} (this job does not use them)")
     from trl import GRPOTrainer
 
     from . import preemption as preempt
