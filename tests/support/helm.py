@@ -37,6 +37,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "monitors-namespaced": {"watch": {"namespaces": ["team-a"]},
                             "metrics": {"podMonitor": {"enabled": True}, "trainerPort": 0}},
     "no-metrics": {"metrics": {"enabled": False}},
+    "ha-hard": {"replicaCount": 3, "webhook": {"enabled": False},
+                "highAvailability": {"podAntiAffinity": "hard", "podDisruptionBudget": {"minAvailable": "50%"},
+                                     "topologySpread": {"whenUnsatisfiable": "DoNotSchedule"}}},
+    "no-user-roles": {"rbac": {"aggregatedRoles": False}},
 }
 
 
