@@ -41,6 +41,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                 "highAvailability": {"podAntiAffinity": "hard", "podDisruptionBudget": {"minAvailable": "50%"},
                                      "topologySpread": {"whenUnsatisfiable": "DoNotSchedule"}}},
     "no-user-roles": {"rbac": {"aggregatedRoles": False}},
+    # the production example users copy (charts/grpo-operator/values-production.yaml)
+    "production": yaml.safe_load((CHART / "values-production.yaml").read_text()),
 }
 
 
