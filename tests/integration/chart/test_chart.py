@@ -381,6 +381,17 @@ def test_examples_kustomization_builds() -> None:
     for d in docs:
         if "invalid" not in d["metadata"]["name"]:
             assert validation.validate(d).valid, (d["metadata"]["name"], validation.validate(d).summary())
+    # the check examples/kustomization.yml recommends passes (a glob of examples/*.yaml would not: invalid-batch.yaml)
+    import sys
+    import tempfile
+
+    assert "grpojob check /tmp/jobs.yaml" in (REPO / "examples" / "kustomization.yml").read_text()
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        f.write(out.stdout)
+        f.flush()
+        check = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "check", f.name],
+                               capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 # ------------------------------------------------------------------------------------------ metrics
