@@ -37,6 +37,12 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "monitors-namespaced": {"watch": {"namespaces": ["team-a"]},
                             "metrics": {"podMonitor": {"enabled": True}, "trainerPort": 0}},
     "no-metrics": {"metrics": {"enabled": False}},
+    "ha-hard": {"replicaCount": 3, "webhook": {"enabled": False},
+                "highAvailability": {"podAntiAffinity": "hard", "podDisruptionBudget": {"minAvailable": "50%"},
+                                     "topologySpread": {"whenUnsatisfiable": "DoNotSchedule"}}},
+    "no-user-roles": {"rbac": {"aggregatedRoles": False}},
+    # the production example users copy (charts/grpo-operator/values-production.yaml)
+    "production": yaml.safe_load((CHART / "values-production.yaml").read_text()),
 }
 
 
@@ -75,10 +81,13 @@ def helm(name: str, *args: str, values: dict[str, Any] | None = None, check: boo
 
 
 def template(name: str = "helm3", values: dict[str, Any] | None = None, *, include_crds: bool = True,
-             namespace: str = NAMESPACE, release: str = RELEASE) -> str:
+             namespace: str = NAMESPACE, release: str = RELEASE, kube_version: str | None = None) -> str:
+    """`helm template`; kube_version: render for that server (as `helm install` does for the one it talks to)."""
     args = ["template", release, str(CHART), "--namespace", namespace]
     if include_crds:
         args.append("--include-crds")
+    if kube_version:
+        args += ["--kube-version", kube_version]
     return helm(name, *args, values=values or {}).stdout
 
 

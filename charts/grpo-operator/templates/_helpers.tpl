@@ -151,3 +151,40 @@ controller/webhookconfig.py). No create (RBAC cannot limit create by name) and n
   resourceNames: [{{ include "grpo-operator.webhookConfigName" . | quote }}]
   verbs: ["patch"]
 {{- end -}}
+
+{{/* policy/v1 PodDisruptionBudget from Kubernetes 1.21 (the 1.20 API has only v1beta1, removed in 1.25). */}}
+{{- define "grpo-operator.pdbApiVersion" -}}
+{{- if semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version -}}policy/v1{{- else -}}policy/v1beta1{{- end -}}
+{{- end -}}
+
+{{/*
+The replicas' placement (replicaCount > 1, highAvailability): anti-affinity on the node while `affinity` is empty,
+and a spread over zones. A single replica gets neither.
+*/}}
+{{- define "grpo-operator.affinity" -}}
+{{- if .Values.affinity -}}
+{{- toYaml .Values.affinity -}}
+{{- else if and (include "grpo-operator.leaderElect" .) (ne .Values.highAvailability.podAntiAffinity "none") -}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "grpo-operator.selectorLabels" . | fromYaml)) -}}
+podAntiAffinity:
+{{- if eq .Values.highAvailability.podAntiAffinity "hard" }}
+  requiredDuringSchedulingIgnoredDuringExecution:
+    {{- toYaml (list $term) | nindent 4 }}
+{{- else }}
+  preferredDuringSchedulingIgnoredDuringExecution:
+    {{- toYaml (list (dict "weight" 100 "podAffinityTerm" $term)) | nindent 4 }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{- define "grpo-operator.topologySpread" -}}
+{{- $ts := .Values.highAvailability.topologySpread -}}
+{{- if and (include "grpo-operator.leaderElect" .) $ts.enabled -}}
+- maxSkew: {{ $ts.maxSkew }}
+  topologyKey: {{ $ts.topologyKey }}
+  whenUnsatisfiable: {{ $ts.whenUnsatisfiable }}
+  labelSelector:
+    matchLabels:
+      {{- include "grpo-operator.selectorLabels" . | nindent 6 }}
+{{- end -}}
+{{- end -}}

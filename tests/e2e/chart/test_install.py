@@ -38,7 +38,9 @@ class Install:
     def __init__(self, cp: Any, release: str, values: dict[str, Any], workdir: Path):
         self.cp, self.release = cp, release
         self.namespace = f"{release}-system"
-        self.rendered = template("helm3", values, namespace=self.namespace, release=release)
+        # rendered for the server's version, as `helm install` would (a 1.20 server has policy/v1beta1 PDBs only)
+        server = cp.kubectl.json("version")["serverVersion"]["gitVersion"].lstrip("v")
+        self.rendered = template("helm3", values, namespace=self.namespace, release=release, kube_version=server)
         self.docs = objects(self.rendered)
         self.admin: Kubectl = cp.kubectl
         self.workdir = workdir
@@ -339,10 +341,13 @@ def test_namespaced_install_runs_a_job_and_sees_only_its_namespace(install_facto
 
 
 def test_rbac_without_webhook_has_no_cluster_scoped_writes(install_factory: Any, rbac_cluster: Any) -> None:
-    """webhook.enabled=false, namespaced: no ClusterRole at all; the SA cannot touch webhook configurations."""
+    """webhook.enabled=false, namespaced: no ClusterRole for the operator (the aggregated grpojob-edit/-view roles are
+    for people, bound to no one); the SA cannot touch webhook configurations."""
     job_ns = "gx-jobs-" + secrets.token_hex(3)
     inst = install_factory("gx", {"watch": {"namespaces": [job_ns]}, "webhook": {"enabled": False}})
-    assert not by_kind(inst.docs, "ClusterRole") and not by_kind(inst.docs, "ClusterRoleBinding")
+    cluster_roles = [r["metadata"]["name"] for r in by_kind(inst.docs, "ClusterRole")]
+    assert cluster_roles == ["gx-grpo-operator-grpojob-edit", "gx-grpo-operator-grpojob-view"], cluster_roles
+    assert not by_kind(inst.docs, "ClusterRoleBinding")
     sa = inst.as_sa()
     vwc = "validatingwebhookconfigurations.admissionregistration.k8s.io"
     check_can_i(sa, [("create", "pods", ["-n", job_ns])],

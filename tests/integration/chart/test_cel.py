@@ -228,3 +228,25 @@ def test_v120_kube_apiserver_accepts_the_same_crd(controlplane: Any) -> None:
     schema = stored["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert "x-kubernetes-validations" not in schema  # dropped by 1.20, not refused
     assert schema["properties"]["spec"]["properties"]["resources"]["properties"]["limits"]["maxProperties"] == 64
+
+
+@pytest.mark.parametrize("helm_bin", ["helm3", "helm4"])
+def test_the_charts_crd_installs_on_the_newest_server(celserver: Any, helm_bin: str) -> None:
+    """The newest API the tests run (1.36): the CRD as helm renders it for that server, rules and all, is accepted
+    with strict field validation (every field known: a 1.25-1.27 server would not know the rules' reason and
+    fieldPath, which is why crds.celRules=auto starts at 1.28)."""
+    from tests.support.helm import CHART, helm, objects
+
+    out = helm(helm_bin, "template", "grpo", str(CHART), "--kube-version", "1.36.0",
+               "--show-only", "templates/crd.yaml").stdout
+    (crd,) = objects(out)
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    r = celserver.request("POST", f"{path}?fieldValidation=Strict", crd)
+    if r.status == 409:  # this module's server fixture created it first: replace it with the chart's
+        cur = celserver.request("GET", f"{path}/{crd['metadata']['name']}").body
+        crd["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+        r = celserver.request("PUT", f"{path}/{crd['metadata']['name']}?fieldValidation=Strict", crd)
+    assert r.ok, f"{r.status} {r.message}"
+    stored = r.body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert len(stored["x-kubernetes-validations"]) == len(cel.RULES[""])
+    assert r.body["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"

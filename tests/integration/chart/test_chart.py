@@ -14,7 +14,7 @@ import yaml
 from grpo_operator.api import crd as crdgen
 from tests.support.helm import CHART, HELMS, NAMESPACE, REPO, VALUE_SETS, helm, objects, render, template
 
-K8S_VERSIONS = [f"1.{m}" for m in range(29, 38)]
+K8S_VERSIONS = [f"1.{m}" for m in range(25, 38)]  # every minor kubernetes-validate has a schema of
 # Custom resources kubernetes-validate has no schema for: skipped, with the reason.
 SKIP_KINDS = {
     ("cert-manager.io/v1", "Issuer"): "cert-manager CRD: not in the Kubernetes OpenAPI schemas",
@@ -46,12 +46,14 @@ def _without_cel(node: Any) -> Any:
 
 @pytest.mark.parametrize("helm_bin", HELMS)
 @pytest.mark.parametrize("kube_version, cel_rules, with_cel", [
-    ("1.20.2", "auto", False), ("1.24.17", "auto", False), ("1.25.0", "auto", True), ("1.36.0", "auto", True),
+    ("1.20.2", "auto", False), ("1.24.17", "auto", False), ("1.27.16", "auto", False), ("1.28.0", "auto", True),
+    ("1.36.0", "auto", True),
     ("1.36.0", False, False), ("1.20.2", True, True),
 ])
 def test_crd_template_has_cel_rules_only_where_the_server_has_cel(helm_bin: str, kube_version: str, cel_rules: Any,
                                                                    with_cel: bool) -> None:
-    """Kubernetes < 1.25 drops CEL rules and helm 4 refuses the field there: the chart leaves them out (the webhook
+    """Kubernetes < 1.25 drops CEL rules, < 1.28 their reason and fieldPath (kubernetes-validate's 1.25-1.27 schemas
+    refuse them), and helm 4's server-side apply refuses unknown fields: the chart leaves them out (the webhook
     makes the same checks); otherwise the CRD is exactly the generated one. Kept on uninstall, always."""
     cp = helm(helm_bin, "template", "grpo", str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version,
               values={"crds": {"celRules": cel_rules}})
@@ -108,11 +110,18 @@ def _validate(doc_json: str, version: str) -> None:
     kubernetes_validate.validate(json.loads(doc_json), version, strict=True)
 
 
+@functools.cache
+def _objects_for(name: str, version: str) -> list[dict[str, Any]]:
+    return objects(helm("helm3", "template", "grpo", str(CHART), "--namespace", NAMESPACE, "--include-crds",
+                        "--kube-version", f"{version}.0", values=VALUE_SETS[name]).stdout)
+
+
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_rendered_objects_pass_kubernetes_validate(version: str) -> None:
+    """What the chart renders for each Kubernetes minor (as `helm install` renders for the server it talks to)."""
     skipped: dict[str, str] = {}
     for name in sorted(VALUE_SETS):
-        for doc in _objects("helm3", name):
+        for doc in _objects_for(name, version):
             key = (doc["apiVersion"], doc["kind"])
             if key in SKIP_KINDS:
                 skipped[f"{key[0]} {key[1]}"] = SKIP_KINDS[key]
@@ -200,11 +209,20 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
+def is_user_role(doc: dict[str, Any]) -> bool:
+    """The aggregated grpojob-edit/-view ClusterRoles (rbac.aggregatedRoles): for people, bound to no one by the chart."""
+    return any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in doc["metadata"].get("labels", {}))
+
+
+def operator_cluster_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in by_kind(docs, "ClusterRole") if not is_user_role(d)]
+
+
 def rules_of(docs: list[dict[str, Any]]) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...], str]]:
-    """(role kind/name@ns, apiGroup, resources, verbs, resourceNames) for every rule."""
+    """(role kind/name@ns, apiGroup, resources, verbs, resourceNames) for every rule of the operator's roles."""
     out = []
     for d in docs:
-        if d["kind"] in ("Role", "ClusterRole"):
+        if d["kind"] in ("Role", "ClusterRole") and not is_user_role(d):
             where = f"{d['kind']}/{d['metadata']['name']}@{d['metadata'].get('namespace', '')}"
             for r in d["rules"]:
                 for g in r["apiGroups"]:
@@ -225,7 +243,7 @@ def test_no_secret_access_and_no_wildcards_in_any_mode() -> None:
 
 def test_default_is_clusterwide_with_operator_managed_webhook() -> None:
     docs = render()
-    (cr,) = by_kind(docs, "ClusterRole")
+    (cr,) = operator_cluster_roles(docs)
     assert not by_kind(docs, "Role")
     groups = {(g, r) for _, g, res, _, _ in rules_of(docs) for r in res}
     assert ("apiextensions.k8s.io", "customresourcedefinitions") in groups
@@ -256,14 +274,14 @@ def test_namespaced_mode_has_a_role_per_namespace_and_no_clusterwide_job_access(
     roles = by_kind(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["team-a", "team-b"]
-    (cr,) = by_kind(docs, "ClusterRole")  # only the webhook configuration (operator-managed)
+    (cr,) = operator_cluster_roles(docs)  # only the webhook configuration (operator-managed)
     assert {r for rule in cr["rules"] for r in rule["resources"]} == {"validatingwebhookconfigurations"}
     (dep,) = by_kind(docs, "Deployment")
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GRPO_NAMESPACES"] == "team-a,team-b" and env["GRPO_SCANNING"] == "0"
     assert "GRPO_ALL_NAMESPACES" not in env
     cm = render({**VALUE_SETS["namespaced"], "webhook": {"certificates": "cert-manager"}})
-    assert not by_kind(cm, "ClusterRole") and not by_kind(cm, "ClusterRoleBinding")
+    assert not operator_cluster_roles(cm) and not by_kind(cm, "ClusterRoleBinding")
     (vwc,) = by_kind(cm, "ValidatingWebhookConfiguration")
     assert vwc["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-a", "team-b"]
 
@@ -363,6 +381,17 @@ def test_examples_kustomization_builds() -> None:
     for d in docs:
         if "invalid" not in d["metadata"]["name"]:
             assert validation.validate(d).valid, (d["metadata"]["name"], validation.validate(d).summary())
+    # the check examples/kustomization.yml recommends passes (a glob of examples/*.yaml would not: invalid-batch.yaml)
+    import sys
+    import tempfile
+
+    assert "grpojob check /tmp/jobs.yaml" in (REPO / "examples" / "kustomization.yml").read_text()
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        f.write(out.stdout)
+        f.flush()
+        check = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "check", f.name],
+                               capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -475,3 +504,100 @@ def test_network_policy_admits_job_pods_the_operator_and_named_scrapers() -> Non
     assert metrics["from"][1] == prom
     cp = helm(HELMS[0], "template", "x", str(CHART), values={"networkPolicy": {"enabled": True}}, check=False)
     assert cp.returncode != 0 and "networkPolicy.namespaces" in cp.stderr
+
+
+# ------------------------------------------------------------------------------------------ platform teams
+@pytest.mark.parametrize("helm_bin", HELMS)
+def test_aggregated_roles_let_namespace_editors_and_viewers_use_grpojobs(helm_bin: str) -> None:
+    """rbac.aggregatedRoles (on by default, in every mode): edit gets exactly create/get/list/watch/patch/update/delete
+    on grpojobs (no deletecollection, no status writes), view get/list/watch on grpojobs and their status; both are
+    bound to no one by the chart (the built-in roles' bindings apply them)."""
+    for name in ("default", "namespaced", "ha"):
+        docs = _objects(helm_bin, name)
+        roles = {r["metadata"]["name"]: r for r in by_kind(docs, "ClusterRole") if is_user_role(r)}
+        assert sorted(roles) == ["grpo-grpo-operator-grpojob-edit", "grpo-grpo-operator-grpojob-view"], name
+        edit, view = roles["grpo-grpo-operator-grpojob-edit"], roles["grpo-grpo-operator-grpojob-view"]
+        aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+        assert {k[len(aggregate):] for k, v in edit["metadata"]["labels"].items()
+                if k.startswith(aggregate) and v == "true"} == {"edit", "admin"}
+        assert {k[len(aggregate):] for k, v in view["metadata"]["labels"].items()
+                if k.startswith(aggregate) and v == "true"} == {"view", "edit", "admin"}
+        assert edit["rules"] == [{"apiGroups": ["grpo.dev"], "resources": ["grpojobs"],
+                                  "verbs": ["create", "get", "list", "watch", "patch", "update", "delete"]}]
+        assert view["rules"] == [{"apiGroups": ["grpo.dev"], "resources": ["grpojobs", "grpojobs/status"],
+                                  "verbs": ["get", "list", "watch"]}]
+        bound = {b["roleRef"]["name"] for b in [*by_kind(docs, "ClusterRoleBinding"), *by_kind(docs, "RoleBinding")]}
+        assert not bound & set(roles), name
+    assert not [r for r in _objects(helm_bin, "no-user-roles") if r["kind"] == "ClusterRole" and is_user_role(r)]
+
+
+def _pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("helm_bin", HELMS)
+def test_replicas_get_a_disruption_budget_and_are_spread(helm_bin: str) -> None:
+    """replicaCount > 1: a PDB over exactly the Deployment's pods, soft anti-affinity on the node and a soft spread
+    over zones by default; `highAvailability` changes each; a single replica gets none of them."""
+    docs = _objects(helm_bin, "ha")
+    (pdb,) = by_kind(docs, "PodDisruptionBudget")
+    (dep,) = by_kind(docs, "Deployment")
+    selector = dep["spec"]["selector"]["matchLabels"]
+    assert pdb["apiVersion"] == "policy/v1" and pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": selector}}
+    assert pdb["metadata"]["namespace"] == NAMESPACE
+    pod = _pod_spec(docs)
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term == {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                                       "labelSelector": {"matchLabels": selector}}}
+    assert pod["topologySpreadConstraints"] == [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                                 "whenUnsatisfiable": "ScheduleAnyway",
+                                                 "labelSelector": {"matchLabels": selector}}]
+    hard = _objects(helm_bin, "ha-hard")
+    (pdb,) = by_kind(hard, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == "50%"
+    pod = _pod_spec(hard)
+    assert pod["affinity"]["podAntiAffinity"] == {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": selector}}]}
+    assert pod["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "DoNotSchedule"
+    # a single replica: no PDB (it would block every node drain), no spreading
+    one = _objects(helm_bin, "default")
+    assert not by_kind(one, "PodDisruptionBudget")
+    assert "affinity" not in _pod_spec(one) and "topologySpreadConstraints" not in _pod_spec(one)
+    # each can be turned off; the user's own affinity replaces the default anti-affinity
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}]}}}
+    off = objects(template(helm_bin, {**VALUE_SETS["ha"], "affinity": own, "highAvailability": {
+        "podDisruptionBudget": {"enabled": False}, "topologySpread": {"enabled": False}}}, include_crds=False))
+    assert not by_kind(off, "PodDisruptionBudget")
+    assert _pod_spec(off)["affinity"] == own and "topologySpreadConstraints" not in _pod_spec(off)
+    none = objects(template(helm_bin, {**VALUE_SETS["ha"], "highAvailability": {"podAntiAffinity": "none"}},
+                            include_crds=False))
+    assert "affinity" not in _pod_spec(none)
+
+
+@pytest.mark.parametrize("helm_bin", HELMS)
+@pytest.mark.parametrize("kube_version, api_version", [("1.20.2", "policy/v1beta1"), ("1.21.0", "policy/v1"),
+                                                       ("1.36.0", "policy/v1")])
+def test_disruption_budget_api_follows_the_server(helm_bin: str, kube_version: str, api_version: str) -> None:
+    """policy/v1 exists from 1.21 and v1beta1 is gone from 1.25: the chart picks by the server's version."""
+    cp = helm(helm_bin, "template", "grpo", str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version,
+              values=VALUE_SETS["ha-hard"])
+    (pdb,) = by_kind(objects(cp.stdout), "PodDisruptionBudget")
+    assert pdb["apiVersion"] == api_version
+
+
+@pytest.mark.parametrize("helm_bin", HELMS)
+def test_production_example(helm_bin: str) -> None:
+    """values-production.yaml (linted, rendered by both helms and schema-checked with every value set above) gives
+    what it promises: HA with a budget and spreading, cert-manager, monitors, both images from the private registry."""
+    docs = _objects(helm_bin, "production")
+    (dep,) = by_kind(docs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert dep["spec"]["replicas"] == 2 and by_kind(docs, "PodDisruptionBudget") and by_kind(docs, "Certificate")
+    assert "podAntiAffinity" in pod["affinity"] and pod["topologySpreadConstraints"]
+    assert pod["containers"][0]["image"].startswith("registry.example.com/ml/grpo-operator:")
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    env = _env(dep)
+    assert env["GRPO_TRAINER_IMAGE"].startswith("registry.example.com/ml/") and env["GRPO_MAX_NODES_PER_JOB"] == "8"
+    assert by_kind(docs, "ServiceMonitor") and by_kind(docs, "PodMonitor")
+    assert pod["priorityClassName"] == "system-cluster-critical"

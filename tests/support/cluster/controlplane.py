@@ -59,7 +59,10 @@ from .util import (
     wait_until,
 )
 
-DEFAULT_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "serviceaccount-token")
+# clusterrole-aggregation: fills the built-in admin/edit/view ClusterRoles from labelled roles (the chart's
+# grpojob-edit/-view); without it `edit` grants nothing at all.
+DEFAULT_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "serviceaccount-token",
+                       "clusterrole-aggregation")
 SA_ISSUER = "https://kubernetes.default.svc"
 
 _LIVE: weakref.WeakSet[ControlPlane] = weakref.WeakSet()
