@@ -24,11 +24,12 @@ from .errors import (
     UnreachableStatus,
     WaitTimeout,
 )
+from .dryrun import DryRunObject, DryRunReport
 from .history import History, Sample
 from .types import PHASES, TERMINAL_PHASES, Condition, Event, Job, LogLine, NodePod, Progress
 
 __all__ = [
-    "GRPOClient", "Job", "NodePod", "Condition", "Progress", "Event", "LogLine", "History", "Sample", "PHASES", "TERMINAL_PHASES",
+    "GRPOClient", "Job", "NodePod", "Condition", "Progress", "Event", "LogLine", "History", "Sample", "DryRunReport", "DryRunObject", "PHASES", "TERMINAL_PHASES",
     "GRPOClientError", "ConfigError", "ApiError", "JobNotFound", "JobExists", "InvalidJob", "LogsUnavailable",
     "UnreachableStatus", "JobFailed", "WaitTimeout",
 ]
