@@ -12,10 +12,10 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from typing import Any, Optional, Union
 
 from . import _contract as c
-from . import dryrun
+from . import dryrun, podlogs
 from . import inputs as _inputs
 from . import logs as _logs
-from . import podlogs
+from .dryrun import DryRunObject, DryRunReport
 from .errors import (
     InvalidJob,
     JobExists,
@@ -25,7 +25,6 @@ from .errors import (
     WaitTimeout,
     api_error,
 )
-from .dryrun import DryRunObject, DryRunReport
 from .history import History
 from .inputs import JobInput
 from .kubeconfig import load_config
@@ -134,7 +133,7 @@ class GRPOClient:
         from urllib3.exceptions import HTTPError
 
         ns, jname = body["metadata"]["namespace"], body["metadata"]["name"]
-        kw = {"dry_run": dry_run} if dry_run else {}
+        kw: dict[str, Any] = {"dry_run": dry_run} if dry_run else {}
         try:
             return self.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, body, **kw)
         except ApiException as exc:
@@ -170,9 +169,15 @@ class GRPOClient:
         from urllib3.exceptions import HTTPError
 
         try:
-            self.api_client.call_api(dryrun.create_path(obj, namespace), "POST", query_params=[("dryRun", "All")],
-                                     header_params={"Content-Type": "application/json", "Accept": "application/json"},
-                                     body=obj, auth_settings=["BearerToken"], _preload_content=False)
+            request = self.api_client.param_serialize(
+                "POST", dryrun.create_path(obj, namespace), query_params=[("dryRun", "All")], body=obj,
+                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                auth_settings=["BearerToken"])
+            resp = self.api_client.call_api(*request, _request_timeout=60)
+            data = resp.read()
+            if not 200 <= resp.status < 300:
+                raise ApiException(status=resp.status, reason=resp.reason,
+                                   body=data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data))
         except ApiException as exc:
             return str(api_error(exc, "refused by the API server"))
         except (OSError, HTTPError) as exc:
