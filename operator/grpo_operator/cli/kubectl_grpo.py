@@ -231,7 +231,9 @@ def describe_text(job: Any, events: Sequence[Any], notes: Optional[dict[str, str
         if ts:
             out.append(f"{label + ':':<13} {ts}")
     if not job.up_to_date:
-        out.append(f"Note:         status is for generation {job.observed_generation}, spec is at {job.generation}")
+        seen = "no status yet" if job.observed_generation is None else \
+            f"status is for generation {job.observed_generation}"
+        out.append(f"Note:         {seen}, spec is at generation {job.generation}")
     p = job.progress
     if p is not None:
         bits = [f"step {_step(job)}"]

@@ -6,6 +6,7 @@ with "; "), the validator's warnings printed as kubectl prints the API server's,
 from __future__ import annotations
 
 import io
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,3 +71,28 @@ def test_client_dry_run_needs_no_kubeconfig(flag: str, monkeypatch: Any, capsys:
     rc, out, err = _submit(monkeypatch, capsys, "-f", str(TINY), flag)
     assert rc == 0 and out.strip() == "grpojob.grpo.dev/local-tiny valid (dry run)"
     assert "kube-config" not in err
+
+
+REPR = re.compile(r"\bNone\b|\{'|\['")
+
+
+@pytest.mark.parametrize("status", [
+    None,  # the operator has not looked at the job yet
+    {},
+    {"phase": "Pending", "restarts": 0},
+    {"phase": "Running", "restarts": 1, "topology": "2x4", "progress": {"step": 3}},
+    {"phase": "Running", "progress": {"step": 3, "maxSteps": 10, "reward": None, "kl": None}},
+    {"phase": "Failed", "message": "pod train-node-1 exited with code 137", "lastFailureReason": "ExitCode137",
+     "conditions": [{"type": "Failed", "status": "True"}], "progress": {"step": 9, "maxSteps": 10, "reward": 0.5}},
+])
+def test_describe_and_list_of_fixture_jobs_speak_plainly(b: Any, status: Any) -> None:
+    """`kubectl grpo describe` and `list` of jobs with missing, partial and full statuses, pods and events."""
+    from grpo_operator.client import Event, Job
+
+    pods = [b.pod(0, 0, "Running", started=True), b.pod(1, 0, "Failed", exit_code=137), b.pod(0, 1)]
+    job = Job.from_dict(b.job(status), pods)
+    events = [Event.from_dict({"type": "Warning", "reason": "Restarting", "message": "gang restart",
+                               "involvedObject": {"kind": "GRPOJob", "name": "train"}}),
+              Event.from_dict({})]
+    text = cli.describe_text(job, events) + "\n" + cli.list_table([job], True, True)
+    assert REPR.search(text) is None, text
