@@ -250,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--nproc", type=int, default=None, help="processes (default: local GPUs, else the spec's)")
     run.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
     run.add_argument("--no-progress", action="store_true", help="plain log output instead of a progress bar")
+    run.add_argument("--fresh", action="store_true",
+                     help="start over: move an existing output to <output>.old-<time> (never deleted) instead of "
+                          "resuming from its checkpoint")
     run.add_argument("--cache-dir", default=None,
                      help="stage the job's Hub model and dataset into this folder first and train offline from it "
                           "(default with spec.cache: ~/.cache/grpojob/hf-cache; docs/cache.md)")
