@@ -206,7 +206,7 @@ def _load(file: str) -> tuple[api.GRPOJob, Topology] | int:
     res = validation.validate(jobs[0].body)
     if not res.valid or res.job is None or res.topology is None:
         for e in res.errors:
-            print(f"{file}: error: {e.field}: {e.message}", file=sys.stderr)
+            print(f"{file}: error: {e.field + ': ' if e.field else ''}{e.message}", file=sys.stderr)
         return 2 if res.not_a_grpojob else 1
     return res.job, res.topology
 
