@@ -389,6 +389,8 @@ class GRPOJobSpec(_Model):
                     problems.append(f"training argument names must be strings, got {key!r}")
                 elif key in trl_fields.OWNED_BY_SPEC:
                     problems.append(f"'{key}' is set by the operator: {trl_fields.OWNED_BY_SPEC[key]}")
+                elif trl_fields.removed(key):
+                    problems.append(str(trl_fields.removed(key)))
                 elif key not in trl_fields.by_camel():
                     hint = trl_fields.suggest(key)
                     did = f"; did you mean '{hint}'?" if hint else ""

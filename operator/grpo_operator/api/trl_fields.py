@@ -80,6 +80,37 @@ OWNED_BY_SPEC: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class Removed:
+    version: str  # the TRL release whose GRPOConfig no longer has the argument
+    instead: str  # what to do now
+
+
+# GRPOConfig arguments TRL removed, with the release that removed them and the replacement its deprecation notice
+# named. Read from TRL's history (each name present in GRPOConfig at one release tag and gone at the next; the
+# deprecation text in the release before); none was removed between 0.28.0 and the 1.16.0 the table is generated from.
+REMOVED: dict[str, Removed] = {
+    "maxPromptLength": Removed("0.28.0", "TRL no longer truncates prompts: filter or shorten the prompts in your dataset "
+                                         "(the vLLM server's context is spec.vllm.server.maxModelLen)"),
+    "useLigerLoss": Removed("0.28.0", "use useLigerKernel"),
+    "vllmGuidedDecodingRegex": Removed("0.28.0", "use vllmStructuredOutputsRegex"),
+    "wandbLogUniquePrompts": Removed("0.27.0", "use logUniquePrompts"),
+    "vllmDevice": Removed("0.18.0", "set spec.vllm.mode: server (the operator runs the vLLM server pod)"),
+    "vllmDtype": Removed("0.18.0", "the vLLM server picks the model's dtype"),
+    "vllmMaxModelLen": Removed("0.18.0", "set spec.vllm.server.maxModelLen"),
+    "vllmEnablePrefixCaching": Removed("0.18.0", "set spec.vllm.server.enablePrefixCaching"),
+}
+
+
+def removed(name: str) -> str | None:
+    """Why a GRPOConfig argument that TRL removed is refused (camelCase or snake_case name), or None."""
+    camel = name if "_" not in name else name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:])
+    r = REMOVED.get(camel)
+    if r is None:
+        return None
+    return f"'{name}' was removed from GRPOConfig in TRL {r.version} (the operator runs TRL {trl_version()}): {r.instead}"
+
+
 def suggest(name: str) -> str | None:
     """The closest real camelCase field name (also accepts snake_case input)."""
     cands = list(by_camel())

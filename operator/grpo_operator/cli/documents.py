@@ -136,9 +136,29 @@ def load_text(text: str, file: str = "<stdin>") -> list[Document]:
     return out
 
 
+STDIN = "-"  # the FILE argument that means standard input (what a pipeline pipes)
+
+
+def display_name(path: str) -> str:
+    """How messages name the file: stdin as <stdin>."""
+    return "<stdin>" if path == STDIN else path
+
+
+def _read_stdin() -> bytes:
+    import sys
+
+    raw = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise DocumentError(f"standard input is more than the {MAX_FILE_BYTES} bytes a manifest may have")
+    return raw
+
+
 def load_file(path: str) -> list[Document]:
+    """The documents of a file, or of standard input for "-"."""
     p = Path(path)
     try:
+        if path == STDIN:
+            return _decode(_read_stdin(), display_name(path))
         if p.is_dir():
             raise DocumentError("is a directory, expected a YAML file")
         size = p.stat().st_size
@@ -147,11 +167,15 @@ def load_file(path: str) -> list[Document]:
         raw = p.read_bytes()
     except OSError as exc:
         raise DocumentError(f"cannot read file: {exc.strerror or exc}") from None
+    return _decode(raw, path)
+
+
+def _decode(raw: bytes, file: str) -> list[Document]:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise DocumentError(f"not UTF-8 text (byte {exc.start})") from None
-    return load_text(text, path)
+    return load_text(text, file)
 
 
 def name_of(body: Any) -> str:

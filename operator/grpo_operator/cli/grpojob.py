@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -20,7 +21,11 @@ EXIT_OK, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
 
 
 class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the trainer config JSON) as readable literal blocks."""
+    """Multi-line strings (the trainer config JSON) as readable literal blocks; plain YAML without anchors and
+    aliases (`&id001`) where objects share a dict, as the vLLM server's probes do."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
@@ -31,18 +36,32 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
+_WARNING_FIELD = re.compile(r"^(spec(?:\.[A-Za-z0-9_]+|\[[^\]]*\])*)(?=[: ]|$)")
+
+
+def warning_entry(text: str) -> dict[str, str]:
+    """A warning as `check -o json` carries it (DESIGN.md): {field, message}, the field being the spec path the
+    warning starts with ("" when it names none)."""
+    m = _WARNING_FIELD.match(text)
+    field = m.group(1) if m else ""
+    rest = text[len(field):]
+    return {"field": field, "message": rest[1:].strip() if rest.startswith(":") else text}
+
+
 def _entry(file: str, name: str, res: validation.ValidationResult) -> dict[str, Any]:
     return {
         "file": file,
         "name": name,
         "valid": res.valid,
         "errors": [e.as_dict() for e in res.errors],
+        "warnings": [warning_entry(w) for w in res.warnings],
         "batch": res.batch,
     }
 
 
 def _unreadable(file: str, message: str) -> dict[str, Any]:
-    return {"file": file, "name": "", "valid": False, "errors": [{"field": "", "message": message}], "batch": None}
+    return {"file": file, "name": "", "valid": False, "errors": [{"field": "", "message": message}], "warnings": [],
+            "batch": None}
 
 
 def _text(entry: dict[str, Any], warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> str:
@@ -89,17 +108,18 @@ def check_files(paths: Sequence[str], notes: Optional[list[list[str]]] = None,
     entries: list[dict[str, Any]] = []
     warnings: list[list[str]] = []
     for path in paths:
+        file = documents.display_name(path)
         try:
             docs = documents.load_file(path)
         except documents.DocumentError as exc:
-            entries.append(_unreadable(path, str(exc)))
+            entries.append(_unreadable(file, str(exc)))
             warnings.append([])
             if notes is not None:
                 notes.append([])
             code = EXIT_UNREADABLE
             continue
         if not docs:
-            entries.append(_unreadable(path, "no YAML document in the file"))
+            entries.append(_unreadable(file, "no YAML document in the file"))
             warnings.append([])
             if notes is not None:
                 notes.append([])
@@ -107,7 +127,7 @@ def check_files(paths: Sequence[str], notes: Optional[list[list[str]]] = None,
             continue
         for doc in docs:
             res = validation.validate(doc.body)
-            entries.append(_entry(path, documents.name_of(doc.body), res))
+            entries.append(_entry(file, documents.name_of(doc.body), res))
             warnings.append(res.warnings)
             if notes is not None:
                 notes.append(_notes(res))
@@ -148,10 +168,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.namespace is not None and not validation.valid_namespace(args.namespace):
         print(f"grpojob render: error: --namespace: {validation.namespace_problem(args.namespace)}", file=sys.stderr)
         return EXIT_UNREADABLE
+    file = documents.display_name(args.file)
     try:
         docs = documents.load_file(args.file)
     except documents.DocumentError as exc:
-        print(f"{args.file}: error: {exc}", file=sys.stderr)
+        print(f"{file}: error: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
     try:
         access = None if args.no_network_policy else netpol.Access(
@@ -167,7 +188,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         if not res.valid or res.job is None or res.topology is None:
             name = documents.name_of(doc.body) or "<unnamed>"
             for e in res.errors:
-                print(f"{args.file}: {name}: error: {e.field}: {e.message}", file=sys.stderr)
+                print(f"{file}: {name}: error: {e.field + ': ' if e.field else ''}{e.message}", file=sys.stderr)
             code = EXIT_UNREADABLE if res.not_a_grpojob else max(code, EXIT_INVALID)
             continue
         objects += render_job.render(res.job, res.topology, _namespace(doc.body, args.namespace), image=args.image,
@@ -175,7 +196,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if code != EXIT_OK:
         return code
     if not objects:
-        print(f"{args.file}: error: no GRPOJob in the file", file=sys.stderr)
+        print(f"{file}: error: no GRPOJob in the file", file=sys.stderr)
         return EXIT_UNREADABLE
     sys.stdout.write(yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000))
     return EXIT_OK
@@ -200,12 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("check", help="validate GRPOJob documents with the webhook's own code")
-    c.add_argument("files", nargs="+", metavar="FILE")
+    c.add_argument("files", nargs="+", metavar="FILE", help="YAML files; - reads standard input")
     c.add_argument("-o", "--output", choices=("text", "json"), default="text")
     c.set_defaults(func=cmd_check)
 
     r = sub.add_parser("render", help="print every object the operator would create for the job")
-    r.add_argument("file", metavar="FILE")
+    r.add_argument("file", metavar="FILE", help="a YAML file; - reads standard input")
     r.add_argument("--namespace", "-n", default=None)
     r.add_argument("--image", default=manifests.DEFAULT_TRAINER_IMAGE, help="default trainer image")
     r.add_argument("--attempt", type=_attempt, default=0, metavar="N",
@@ -229,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--nproc", type=int, default=None, help="processes (default: local GPUs, else the spec's)")
     run.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
     run.add_argument("--no-progress", action="store_true", help="plain log output instead of a progress bar")
+    run.add_argument("--fresh", action="store_true",
+                     help="start over: move an existing output to <output>.old-<time> (never deleted) instead of "
+                          "resuming from its checkpoint")
     run.add_argument("--cache-dir", default=None,
                      help="stage the job's Hub model and dataset into this folder first and train offline from it "
                           "(default with spec.cache: ~/.cache/grpojob/hf-cache; docs/cache.md)")

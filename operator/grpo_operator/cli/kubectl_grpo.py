@@ -125,6 +125,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("-f", "--filename", required=True, help="the manifest (one GRPOJob document; - for stdin)")
     s.add_argument("--name", help="metadata.name (overrides the manifest's)")
     s.add_argument("--queue", help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
+    s.add_argument("--dry-run", choices=("none", "client", "server"), default="none", nargs="?", const="client",
+                   help="client: validate only, nothing sent (no kube-config needed); server: the API server "
+                        "admits the job and every object the operator would create for it (pods included) with "
+                        "dryRun=All, so quota, PodSecurity, policy engines and missing PriorityClasses answer now, "
+                        "and nothing is created")
     ls = sub.add_parser("list", parents=[common], help=LIST_HELP, description=LIST_HELP, prog=f"{PROG} list")
     ls.set_defaults(func=_list)
     ls.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
@@ -226,7 +231,9 @@ def describe_text(job: Any, events: Sequence[Any], notes: Optional[dict[str, str
         if ts:
             out.append(f"{label + ':':<13} {ts}")
     if not job.up_to_date:
-        out.append(f"Note:         status is for generation {job.observed_generation}, spec is at {job.generation}")
+        seen = "no status yet" if job.observed_generation is None else \
+            f"status is for generation {job.observed_generation}"
+        out.append(f"Note:         {seen}, spec is at generation {job.generation}")
     p = job.progress
     if p is not None:
         bits = [f"step {_step(job)}"]
@@ -264,8 +271,31 @@ def describe_text(job: Any, events: Sequence[Any], notes: Optional[dict[str, str
 
 
 # ------------------------------------------------------------------------------------------------ commands
+def _precheck(args: argparse.Namespace) -> None:
+    """submit: the manifest read and validated before any kube-config is (a spec error is the first thing said), its
+    warnings printed as kubectl prints the API server's; args.filename becomes the body, so stdin is read once."""
+    from grpo_operator.client import InvalidJob
+    from grpo_operator.client import _contract as c
+    from grpo_operator.client.inputs import body_from
+
+    body, source = body_from(args.filename, args.name)
+    checked = {**body, "metadata": {**(body.get("metadata") or {}), **({"name": args.name} if args.name else {})}} \
+        if isinstance(body.get("metadata", {}), dict) else body
+    result = c.validate(checked)
+    if not result.valid:
+        raise InvalidJob([(e.field, e.message) for e in result.errors], source)
+    for w in result.warnings:
+        sys.stderr.write(f"Warning: {w}\n")
+    args.filename = body
+
+
 def run(args: argparse.Namespace, make_client: Callable[..., Any]) -> int:
     """The verb's function (set by parser()) with a client for the global flags."""
+    if args.func is _submit:
+        _precheck(args)
+        if args.dry_run == "client":
+            _print(f"grpojob.grpo.dev/{args.filename['metadata'].get('name') or args.name} valid (dry run)")
+            return 0
     client = make_client(namespace=getattr(args, "namespace", None), context=getattr(args, "context", None),
                          config_file=getattr(args, "kubeconfig", None))
     return int(args.func(client, args))
@@ -276,9 +306,24 @@ def _show(job: Any, output: Optional[str], done: str) -> None:
 
 
 def _submit(client: Any, args: argparse.Namespace) -> int:
+    if args.dry_run == "server":
+        return _dry_run(client, args)
     job = client.create_job(args.filename, name=args.name, queue=args.queue)
     _show(job, args.output, "created")
     return 0
+
+
+def _dry_run(client: Any, args: argparse.Namespace) -> int:
+    report = client.dry_run_job(args.filename, name=args.name, queue=args.queue)
+    if args.output:
+        _print(_dump(report.as_dict(), args.output))
+    else:
+        _print(f"grpojob.grpo.dev/{report.job.name} created (server dry run)")
+        for o in report.objects:
+            _print(f"{o.kind.lower()}/{o.name} {'created (server dry run)' if o.ok else 'refused'}")
+    for o in report.refused:
+        _err(f"error: {o.kind.lower()}/{o.name}: {o.error}")
+    return 0 if not report.refused else 1
 
 
 def _list(client: Any, args: argparse.Namespace) -> int:
@@ -399,8 +444,13 @@ def main(argv: Optional[Sequence[str]] = None, make_client: Optional[Callable[..
             pass
         return 0
     except Exception as exc:
-        from grpo_operator.client import GRPOClientError
+        from grpo_operator.client import GRPOClientError, InvalidJob
 
+        if isinstance(exc, InvalidJob) and exc.errors:  # one line per field error, each with its fix
+            where = f"{exc.source}: " if exc.source else ""
+            for field, message in exc.errors:
+                _err(f"error: {where}{field + ': ' if field else ''}{message}")
+            return 1
         if isinstance(exc, (GRPOClientError, ValueError)):
             _err(f"error: {exc}")
             return 1

@@ -28,7 +28,7 @@ from .. import api
 from ..render import manifests
 from ..rules import batch, validation
 from ..rules.topology import Topology
-from . import documents, local_stage, supervisor
+from . import documents, local_resume, local_stage, supervisor
 
 
 def _free_port() -> int:
@@ -134,7 +134,9 @@ def main(args: argparse.Namespace) -> int:
     if nproc is None:
         return 1
     output_dir = str(Path(args.output_dir or Path("runs") / manifests.names(name).base).resolve())
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    resumed = _prepare_output(args, Path(output_dir), local_resume.fingerprint(job, nproc))
+    if isinstance(resumed, int):
+        return resumed
     workdir = Path(tempfile.mkdtemp(prefix=f"grpojob-{manifests.names(name).base}-"))
     config_path = _write_config(job, output_dir, workdir)
     stage_env: dict[str, str] = {}
@@ -169,6 +171,27 @@ def main(args: argparse.Namespace) -> int:
     return code
 
 
+def _prepare_output(args: argparse.Namespace, out: Path, current: dict[str, Any]) -> Optional[str] | int:
+    """The output folder made ready: moved aside with --fresh; a checkpoint in it resumed only when the spec matches
+    the recorded one (else exit 1 with what changed); the current spec recorded. The checkpoint resumed, or None."""
+    shown = documents.display_name(str(out))
+    if getattr(args, "fresh", False):
+        moved = local_resume.move_aside(out)
+        if moved is not None:
+            print(f"grpojob: --fresh: the previous output is now {moved}", file=sys.stderr)
+    decision = local_resume.decide(out, shown, current)
+    if decision.refusal:
+        print(f"{documents.display_name(args.file)}: error: " + decision.refusal[0], file=sys.stderr)
+        for line in decision.refusal[1:]:
+            print(line, file=sys.stderr)
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    local_resume.write_record(out, current)
+    if decision.checkpoint:
+        print(f"grpojob: resuming from {decision.checkpoint} (the spec matches the one that wrote it)", file=sys.stderr)
+    return decision.checkpoint
+
+
 def _load(file: str) -> tuple[api.GRPOJob, Topology] | int:
     """The file's one GRPOJob, validated, and its topology; or the exit code after the errors were printed."""
     try:
@@ -183,7 +206,7 @@ def _load(file: str) -> tuple[api.GRPOJob, Topology] | int:
     res = validation.validate(jobs[0].body)
     if not res.valid or res.job is None or res.topology is None:
         for e in res.errors:
-            print(f"{file}: error: {e.field}: {e.message}", file=sys.stderr)
+            print(f"{file}: error: {e.field + ': ' if e.field else ''}{e.message}", file=sys.stderr)
         return 2 if res.not_a_grpojob else 1
     return res.job, res.topology
 
@@ -220,16 +243,27 @@ def _write_config(job: api.GRPOJob, output_dir: str, workdir: Path) -> Path:
     return config_path
 
 
+def summary(name: str, wall: float, r: dict[str, Any], output_dir: str) -> str:
+    """The last line of a successful run; every value spelled for a person (no None)."""
+    step, max_steps, reward = r.get("step"), r.get("maxSteps"), r.get("reward")
+    steps = f"{step if step is not None else '?'}/{max_steps if max_steps is not None else '?'} steps"
+    checkpoint = f" (last checkpoint {Path(r['checkpoint']).name})" if r.get("checkpoint") else ""
+    resumed = r.get("resumedFrom")
+    if reward is None and resumed and isinstance(step, int) and isinstance(max_steps, int) and step >= max_steps:
+        return (f"grpojob: {name}: nothing left to train: {Path(resumed).name} had already reached maxSteps "
+                f"{max_steps}; model saved to {output_dir} (raise spec.training.maxSteps to train on, or run with "
+                f"--fresh to start over)")
+    rewarded = f"final reward {reward:.3f}" if isinstance(reward, (int, float)) else "no reward logged"
+    since = f", resumed from {Path(resumed).name}" if resumed else ""
+    return f"grpojob: {name} finished in {wall:.0f}s: {steps}{since}, {rewarded}; model saved to {output_dir}{checkpoint}"
+
+
 def _report(args: argparse.Namespace, name: str, code: int, reader: _Reader, wall: float, output_dir: str,
             log_path: Path) -> None:
     if reader.tty and reader.last and not args.no_progress:
         sys.stderr.write("\n")
     if code == 0:
-        r = reader.result or reader.last or {}
-        reward = r.get("reward")
-        print(f"grpojob: {name} finished in {wall:.0f}s: {r.get('step', '?')}/{r.get('maxSteps', '?')} steps, "
-              f"final reward {reward if reward is None else f'{reward:.3f}'}; model saved to {output_dir}"
-              + (f" (last checkpoint {r['checkpoint']})" if r.get("checkpoint") else ""), file=sys.stderr)
+        print(summary(name, wall, reader.result or reader.last or {}, output_dir), file=sys.stderr)
     else:
         tail = [line for line in reader.tail if line.strip()][-8:]
         if tail and not args.no_progress:

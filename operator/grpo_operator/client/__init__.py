@@ -12,6 +12,7 @@ State comes from the job's status.phase and conditions, which the operator write
 """
 
 from .client import GRPOClient
+from .dryrun import DryRunObject, DryRunReport
 from .errors import (
     ApiError,
     ConfigError,
@@ -29,6 +30,7 @@ from .types import PHASES, TERMINAL_PHASES, Condition, Event, Job, LogLine, Node
 
 __all__ = [
     "GRPOClient", "Job", "NodePod", "Condition", "Progress", "Event", "LogLine", "History", "Sample", "PHASES", "TERMINAL_PHASES",
+    "DryRunReport", "DryRunObject",
     "GRPOClientError", "ConfigError", "ApiError", "JobNotFound", "JobExists", "InvalidJob", "LogsUnavailable",
     "UnreachableStatus", "JobFailed", "WaitTimeout",
 ]

@@ -46,3 +46,17 @@ def validate(body: typing.Any) -> typing.Any:
     from ..rules import validation
 
     return validation.validate(body)
+
+
+def render(body: typing.Any, namespace: str, uid: str, image: typing.Optional[str] = None) -> list[dict[str, typing.Any]]:
+    """Every object the operator creates for a valid job body (`grpojob render`'s, with the default NetworkPolicy
+    access), owned by the job's uid."""
+    from ..render import job as render_job
+    from ..render import netpol
+    from ..rules import validation
+
+    res = validation.validate(body)
+    if res.job is None or res.topology is None:
+        return []
+    return render_job.render(res.job, res.topology, namespace, uid=uid, image=image or manifests.DEFAULT_TRAINER_IMAGE,
+                             network_policy=netpol.Access())

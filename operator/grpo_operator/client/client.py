@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Union
 
 from . import _contract as c
+from . import dryrun, podlogs
 from . import inputs as _inputs
 from . import logs as _logs
-from . import podlogs
+from .dryrun import DryRunObject, DryRunReport
 from .errors import (
     InvalidJob,
     JobExists,
@@ -124,13 +126,16 @@ class GRPOClient:
         or an api.GRPOJob / api.GRPOJobSpec. It is validated here first with the webhook's own validator, so an
         invalid spec raises InvalidJob (with every field error and its fix) and never reaches the server.
         queue: the Kueue LocalQueue (label kueue.x-k8s.io/queue-name)."""
+        return Job.from_dict(self._create(self.validate_job(job, name, namespace, labels, queue)))
+
+    def _create(self, body: dict[str, Any], dry_run: Optional[str] = None) -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        body = self.validate_job(job, name, namespace, labels, queue)
         ns, jname = body["metadata"]["namespace"], body["metadata"]["name"]
+        kw: dict[str, Any] = {"dry_run": dry_run} if dry_run else {}
         try:
-            created: Any = self.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, body)
+            return self.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, body, **kw)
         except ApiException as exc:
             if exc.status == 409:
                 raise JobExists(ns, jname) from None
@@ -140,7 +145,44 @@ class GRPOClient:
             raise err from None
         except (OSError, HTTPError) as exc:
             raise api_error(exc, f"create grpojob {ns}/{jname}") from None
-        return Job.from_dict(created)
+
+    def dry_run_job(self, job: JobInput, name: Optional[str] = None, namespace: Optional[str] = None,
+                    labels: Optional[Mapping[str, str]] = None, queue: Optional[str] = None,
+                    image: Optional[str] = None) -> DryRunReport:
+        """create_job with the API server's dry run (dryRun=All) for the job and for every object the operator
+        would create for it (`grpojob render`'s: NetworkPolicy, ConfigMap, Services, pods, PodGroup), so quota,
+        PodSecurity, policy engines and a missing PriorityClass answer before any pod exists; nothing is created.
+        The job's own refusal raises as in create_job; each object's is in the report (`refused`). image: the
+        trainer image the operator is configured with (default: its default). Each object is checked alone: a quota
+        that fits one pod but not all of them is not seen."""
+        body = self.validate_job(job, name, namespace, labels, queue)
+        stored = self._create(body, dry_run="All")
+        ns = body["metadata"]["namespace"]
+        uid = str((stored.get("metadata") or {}).get("uid") or uuid.uuid4())
+        objects = [DryRunObject(str(o.get("kind")), dryrun.name_of(o), self._dry_create(o, ns))
+                   for o in c.render(body, ns, uid, image)]
+        return DryRunReport(Job.from_dict(stored), objects)
+
+    def _dry_create(self, obj: dict[str, Any], namespace: str) -> str:
+        """The API server's refusal of creating obj with dryRun=All, "" when it accepts it."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            request = self.api_client.param_serialize(
+                "POST", dryrun.create_path(obj, namespace), query_params=[("dryRun", "All")], body=obj,
+                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                auth_settings=["BearerToken"])
+            resp = self.api_client.call_api(*request, _request_timeout=60)
+            data = resp.read()
+            if not 200 <= resp.status < 300:
+                raise ApiException(status=resp.status, reason=resp.reason,
+                                   body=data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data))
+        except ApiException as exc:
+            return str(api_error(exc, "refused by the API server"))
+        except (OSError, HTTPError) as exc:
+            raise api_error(exc, f"dry run of {obj.get('kind')} {dryrun.name_of(obj)}") from None
+        return ""
 
     # ------------------------------------------------------------------------------------------ read
     def get_job(self, name: str, namespace: Optional[str] = None, pods: bool = True) -> Job:

@@ -21,7 +21,8 @@ JobInput = Union[Mapping[str, Any], str, os.PathLike, Any]
 def body_from(job: JobInput, name: Optional[str]) -> tuple[dict[str, Any], str]:
     """The GRPOJob body from a dict (a whole GRPOJob, or a bare spec with `name`), a YAML file or an API model."""
     if isinstance(job, (str, os.PathLike)):
-        return load_file(os.fspath(job)), os.fspath(job)
+        path = os.fspath(job)
+        return load_file(path), "<stdin>" if path == "-" else path
     dump = getattr(job, "model_dump", None)
     if callable(dump):  # api.GRPOJob or api.GRPOJobSpec
         data = dump(mode="json", exclude_unset=True, by_alias=True)

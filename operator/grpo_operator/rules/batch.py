@@ -47,6 +47,8 @@ class Fix:
     def text(self) -> str:
         if self.proposed is None:
             return f"remove {self.field.rsplit('.', 1)[-1]}"
+        if self.current is None:  # not in the spec (TRL's default applies): say what to add
+            return f"set {self.knob}: {self.proposed}"
         return f"{self.knob} {self.current} → {self.proposed}"
 
 
@@ -61,7 +63,7 @@ class Issue:
     def full_message(self) -> str:
         parts = [self.message]
         if self.valid_values is not None:
-            parts.append(f"Valid numGenerations for this batch: {list(self.valid_values)}.")
+            parts.append(f"Valid numGenerations for this batch: {', '.join(map(str, self.valid_values))}.")
         if self.fixes:
             parts.append("Smallest fixes (any one): " + "; ".join(f.text() for f in self.fixes) + ".")
         return " ".join(parts)

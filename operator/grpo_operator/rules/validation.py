@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -100,8 +101,25 @@ def _path(loc: tuple[Any, ...], prefix: str = "spec") -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    """A user's value as they wrote it (JSON, which YAML reads too: null, "text", {"a": 1}), never a Python repr."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):  # a key JSON cannot write (a YAML list as a key)
+        text = str(value)
     return text if len(text) <= 60 else text[:57] + "…"
+
+
+_PY_TYPE = re.compile(r" or instance of [A-Za-z]+")
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+def _choice_message(err: Any) -> str:
+    """An enum-like (Literal) field: the choices, and the closest one to what was written."""
+    choices = _QUOTED.findall(str((err.get("ctx") or {}).get("expected", "")))
+    got = err.get("input")
+    hint = difflib.get_close_matches(got, choices, n=1, cutoff=0.6) if isinstance(got, str) else []
+    did = f"; did you mean '{hint[0]}'?" if hint else ""
+    return f"{_short(got)} is not one of {', '.join(choices)}{did}"
 
 
 def _pydantic_errors(exc: ValidationError, prefix: str = "spec") -> list[FieldError]:
@@ -122,8 +140,10 @@ def _pydantic_errors(exc: ValidationError, prefix: str = "spec") -> list[FieldEr
             msg = f"{_PATTERN_TEXT.get(pattern, 'has an invalid format')} (got {_short(err.get('input'))})"
         elif kind == "value_error":
             msg = msg.removeprefix("Value error, ")
+        elif kind == "literal_error":
+            msg = _choice_message(err)
         else:
-            msg = f"{msg} (got {_short(err.get('input'))})"
+            msg = f"{_PY_TYPE.sub('', msg)} (got {_short(err.get('input'))})"
         if path in out:
             if msg not in out[path].message:
                 out[path].message += f"; or {msg}"

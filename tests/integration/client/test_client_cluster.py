@@ -58,8 +58,9 @@ def grpo_bg(env: dict[str, str], *args: str) -> subprocess.Popen:
 
 
 def one_line_error(r: Any) -> str:
-    err = r.stderr.strip()
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    """The one error line (submit prints the validator's warnings before it, as `Warning: …` lines)."""
+    err = "\n".join(line for line in r.stderr.strip().splitlines() if not line.startswith("Warning: "))
+    assert "Traceback" not in err and len(err.splitlines()) == 1, r.stderr
     return err
 
 

@@ -52,7 +52,7 @@ def test_valid_exit_0_and_json_contract(tmp_path):
     proc = run(tmp_path, GOOD)
     assert proc.returncode == 0, proc.stdout
     (entry,) = json.loads(proc.stdout)
-    assert set(entry) == {"file", "name", "valid", "errors", "batch"}
+    assert set(entry) == {"file", "name", "valid", "errors", "warnings", "batch"}
     assert entry["name"] == "good" and entry["valid"] is True and entry["errors"] == []
     assert entry["batch"] == {"worldSize": 8, "nprocPerNode": 4, "generationBatchSize": 64, "stepsPerGeneration": 2,
                               "promptsPerGeneration": 8, "validNumGenerations": [2, 4, 8, 16, 32, 64]}
@@ -66,7 +66,7 @@ def test_invalid_exit_1_with_field_numbers_valid_values_fix(tmp_path):
     (err,) = bad["errors"]
     assert err["field"] == "spec.training.numGenerations"
     assert "generation_batch_size (3) must be divisible by num_generations (8)." in err["message"]
-    assert "[3]" in err["message"] and "numGenerations 8 → 3" in err["message"]
+    assert "this batch: 3." in err["message"] and "numGenerations 8 → 3" in err["message"]
     assert bad["batch"]["validNumGenerations"] == [3]
 
 
@@ -229,7 +229,7 @@ def test_server_mode_example_is_complete_and_check_explains_the_servers_gpus():
     assert set(api.VllmServerSpec.model_fields) - set(server) == {"dataParallelSize", "port", "image"}
     notes: list = []
     code, entries, _ = cli.check_files([path], notes)
-    assert code == 0 and set(entries[0]) == {"file", "name", "valid", "errors", "batch"}
+    assert code == 0 and set(entries[0]) == {"file", "name", "valid", "errors", "warnings", "batch"}
     [lines] = notes
     assert lines[0].startswith("memory per GPU (3B parameters")  # rules/memory.py, then the server's GPUs
     line = lines[-1]

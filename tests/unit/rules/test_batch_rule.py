@@ -18,7 +18,7 @@ def test_trl_message_for_the_classic_mistake():
     assert issue.message == "generation_batch_size (4) must be divisible by num_generations (8)."
     assert issue.valid_values == (2, 4)
     text = issue.full_message()
-    assert "[2, 4]" in text and "numGenerations 8 → 4" in text and "perDeviceTrainBatchSize 4 → 8" in text
+    assert "this batch: 2, 4." in text and "numGenerations 8 → 4" in text and "perDeviceTrainBatchSize 4 → 8" in text
 
 
 def test_breakdown():
