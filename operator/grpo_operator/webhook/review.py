@@ -99,9 +99,9 @@ def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mappi
                       reason=reason_label(res.errors[0].field if res.errors else ""))
     warnings = [f"spec: {w}" if not w.startswith("spec") else w for w in res.warnings]
     if operation == "UPDATE" and old is not None:
-        old_doc = {k: old.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in old}
-        old_valid = validation.validate(old_doc, limits).valid
-        if old_valid:  # a Rejected (invalid) job may be fixed freely: it never had pods
+        # every stored job's spec is immutable, whatever today's rules think of it; only one refused that never
+        # started (no pods were ever rendered from it) may be fixed freely
+        if not never_started_refused(old, limits):
             old_spec = old.get("spec") or {}
             new_spec = new.get("spec") or {}
             suspended = bool((old_spec.get("runPolicy") or {}).get("suspend")) and bool(
@@ -134,3 +134,20 @@ def _adds_no_error(new: Mapping[str, Any], old: Mapping[str, Any], res: validati
     old_doc = {k: old.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in old}
     before = {(e.field, e.message) for e in validation.validate(old_doc, limits).errors}
     return all((e.field, e.message) in before for e in res.errors)
+
+
+# Phases only a job whose pods were created reaches (lifecycle/draft.py STARTED_PHASES)
+_STARTED_PHASES = ("Running", "Restarting", "Succeeded", "Failed")
+
+
+def never_started_refused(old: Mapping[str, Any], limits: Limits) -> bool:
+    """A stored job today's rules refuse and whose pods were never created, read from the stored object alone: its
+    status has no startTime, no Created=True condition and no phase only pods reach. Such a job (typically Rejected
+    from its first pass) has no pods, ConfigMap or checkpoints rendered from its spec: any edit may fix it."""
+    status = old.get("status") if isinstance(old.get("status"), dict) else {}
+    conditions = status.get("conditions") if isinstance(status.get("conditions"), list) else []
+    created = any(isinstance(c, dict) and c.get("type") == "Created" and c.get("status") == "True" for c in conditions)
+    if status.get("startTime") or created or status.get("phase") in _STARTED_PHASES:
+        return False
+    old_doc = {k: old.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in old}
+    return not validation.validate(old_doc, limits).valid
