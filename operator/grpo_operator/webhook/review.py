@@ -12,6 +12,7 @@ from typing import Any, Optional
 from .. import api
 from ..rules import validation
 from ..rules.limits import NO_LIMITS, Limits
+from ..rules.validation import MAX_ERRORS
 
 # Spec fields a running job cannot change: its pods were rendered from them (topology, batch, model, data…).
 MUTABLE_FIELDS = {"runPolicy"}
@@ -71,11 +72,22 @@ def _models_in(annotation: Any) -> Any:
         yield from _models_in(a)
 
 
+# A denial is read by a person (kubectl prints it) and stored in no object: a few KiB say everything useful, whatever
+# a tenant sent (a 250 KB refusal was seen before the validator capped its work).
+MAX_LINE = 1024
+MAX_MESSAGE = 8192
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _format_errors(name: str, res: validation.ValidationResult) -> str:
-    lines = [f"GRPOJob {name!r} is invalid ({len(res.errors)} error{'s' if len(res.errors) != 1 else ''}):"]
+    lines = [_clip(f"GRPOJob {name!r} is invalid ({len(res.errors)} error{'s' if len(res.errors) != 1 else ''}):",
+                   MAX_LINE)]
     for e in res.errors:
-        lines.append(f"  * {e.field or '(object)'}: {e.message}")
-    return "\n".join(lines)
+        lines.append(_clip(f"  * {e.field or '(object)'}: {e.message}", MAX_LINE))
+    return _clip("\n".join(lines), MAX_MESSAGE)
 
 
 def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mapping[str, Any]] = None,
@@ -110,7 +122,7 @@ def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mappi
                              if old_spec.get(k) != new_spec.get(k) and k not in MUTABLE_FIELDS
                              and not (suspended and k in MUTABLE_WHILE_SUSPENDED))
             if changed:
-                fields = ", ".join(f"spec.{k}" for k in changed)
+                fields = _clip(", ".join(f"spec.{k}" for k in changed[:MAX_ERRORS]), MAX_LINE)
                 hint = " (spec.template may change only while the job is suspended)" if "template" in changed else ""
                 return Review(False,
                               f"GRPOJob {name!r}: {fields} cannot change on an existing job: its pods, topology and batch "
