@@ -94,3 +94,53 @@ async def test_a_slow_review_does_not_stall_the_event_loop(monkeypatch: pytest.M
     done.set()
     await tick
     assert len(gaps) > 10 and max(gaps) < 0.3, max(gaps)
+
+
+def _mutated(rng: Any, i: int) -> dict[str, Any]:
+    """A valid job with one hostile change: a key flood (in spec, training, a typed or a free-form object), a deep
+    value, a huge key or string, or a value of the wrong type."""
+    body = job_body(f"fuzz-{i}", nodes=rng.choice([1, 2]))
+    spec = body["spec"]
+    target = rng.choice([spec, spec["training"], spec["runPolicy"], spec["dataset"],
+                         spec["training"].setdefault("modelInitKwargs", {})])
+    kind = rng.choice(["flood", "deep", "long", "type"])
+    if kind == "flood":
+        for k in range(rng.choice([100, 500, 2000])):
+            target[f"{rng.choice(['numGeneration', 'node', 'learningRat', 'x'])}{k}"] = rng.choice([1, "a", None, [1]])
+    elif kind == "deep":
+        value: Any = 1
+        for _ in range(rng.choice([20, 40, 200])):
+            value = {"a": value}
+        target[rng.choice(["maxSteps", "beta", "zz"])] = value
+    elif kind == "long":
+        target["y" * rng.choice([100, 10_000, 300_000])] = "z" * rng.choice([10, 100_000])
+    else:
+        target[rng.choice(list(target) or ["k"])] = rng.choice([[[]], {"a": []}, -1, 1e308, "", True])
+    return body
+
+
+def test_an_admission_fuzz_with_key_floods_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding 3's fuzz: 120 mutated specs (key floods included) through review(): never an exception, every
+    message within MAX_MESSAGE, and the fuzzy matching per review bounded (it grew with the keys a tenant sent)."""
+    import random
+
+    rng = random.Random(27)
+    calls = {"n": 0}
+    real = difflib.get_close_matches
+
+    def counted(*a: Any, **k: Any) -> Any:
+        calls["n"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(difflib, "get_close_matches", counted)
+    worst = 0
+    for i in range(120):
+        calls["n"] = 0
+        body = _mutated(rng, i)
+        r = webhook.review("CREATE", body)
+        old = job_body(f"fuzz-{i}", nodes=1, status={"phase": "Running", "startTime": "2030-01-01T10:00:00Z"})
+        u = webhook.review("UPDATE", body, old)
+        for res in (r, u):
+            assert len(res.message) <= webhook.MAX_MESSAGE and all(len(w) <= 4096 for w in res.warnings)
+        worst = max(worst, calls["n"])
+    assert worst <= 8 * validation.MAX_ERRORS, worst  # both reviews, each validating up to 3 objects
