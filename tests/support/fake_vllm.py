@@ -11,7 +11,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-
 FLOOD_BYTES = 128 << 20  # past the bound the test asserts (64 MiB), small enough for a run before the fix
 
 

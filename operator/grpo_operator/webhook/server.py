@@ -12,8 +12,8 @@ import logging
 import ssl
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 from .. import api
