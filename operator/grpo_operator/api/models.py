@@ -389,7 +389,8 @@ class GRPOJobSpec(_Model):
     @classmethod
     def _known_training_fields(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            problems, more = [], 0
+            problems: list[str] = []
+            more = 0
             for key in v:
                 if len(problems) >= MAX_TRAINING_PROBLEMS:  # a flood of keys: count the rest, suggest nothing more
                     more += not isinstance(key, str) or key in trl_fields.OWNED_BY_SPEC or key not in trl_fields.by_camel()

@@ -156,8 +156,10 @@ def never_started_refused(old: Mapping[str, Any], limits: Limits) -> bool:
     """A stored job today's rules refuse and whose pods were never created, read from the stored object alone: its
     status has no startTime, no Created=True condition and no phase only pods reach. Such a job (typically Rejected
     from its first pass) has no pods, ConfigMap or checkpoints rendered from its spec: any edit may fix it."""
-    status = old.get("status") if isinstance(old.get("status"), dict) else {}
-    conditions = status.get("conditions") if isinstance(status.get("conditions"), list) else []
+    found = old.get("status")
+    status: dict[str, Any] = found if isinstance(found, dict) else {}
+    listed = status.get("conditions")
+    conditions: list[Any] = listed if isinstance(listed, list) else []
     created = any(isinstance(c, dict) and c.get("type") == "Created" and c.get("status") == "True" for c in conditions)
     if status.get("startTime") or created or status.get("phase") in _STARTED_PHASES:
         return False
