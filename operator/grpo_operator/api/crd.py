@@ -151,10 +151,20 @@ def openapi_schema() -> dict[str, Any]:
     })
 
 
+# What the API server keeps unread is bounded in width (a flood of 5,000 unknown keys is refused by the API server
+# itself, before any webhook): a typed object keeps at most this many keys beyond its declared ones (typos), a
+# free-form map (kwargs, affinity, volumes) at most this many in all.
+MAX_UNKNOWN_PROPERTIES = 64
+
+
 def _preserve_unknown_where_typed(schema: dict[str, Any]) -> None:
-    """Every object with declared properties also keeps unknown keys for the validator to refuse by name."""
+    """Every object with declared properties also keeps unknown keys for the validator to refuse by name; every
+    object that keeps unknown keys has maxProperties."""
+    if schema.get("x-kubernetes-preserve-unknown-fields") and "properties" not in schema:
+        schema.setdefault("maxProperties", MAX_UNKNOWN_PROPERTIES)  # a map, or any value (bounds it when a map)
     if schema.get("type") == "object" and "properties" in schema:
         schema["x-kubernetes-preserve-unknown-fields"] = True
+        schema.setdefault("maxProperties", len(schema["properties"]) + MAX_UNKNOWN_PROPERTIES)
         for sub in schema["properties"].values():
             _preserve_unknown_where_typed(sub)
     elif schema.get("type") == "array":

@@ -331,6 +331,12 @@ def training_kwargs(training: BaseModel) -> dict[str, Any]:
     return {by_camel[k].name: v for k, v in training.model_dump(exclude_unset=True).items()}
 
 
+# A review's cost and message are bounded whatever a tenant sends (a flood of unknown training keys): the first
+# problems are named (with a "did you mean" each), the rest only counted.
+MAX_TRAINING_PROBLEMS = 8
+MAX_SUGGESTED_NAME = 64  # longer names are no typo of a TRL argument: no fuzzy match is computed for them
+
+
 class GRPOJobSpec(_Model):
     model: Annotated[str, Field(min_length=1, max_length=1024, pattern=REF_PATTERN)] = Field(
         description="Hugging Face Hub model id (e.g. Qwen/Qwen2.5-1.5B-Instruct) or a path inside the pod (e.g. on a PVC)."
@@ -383,18 +389,23 @@ class GRPOJobSpec(_Model):
     @classmethod
     def _known_training_fields(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            problems = []
+            problems: list[str] = []
+            more = 0
             for key in v:
-                if not isinstance(key, str):
-                    problems.append(f"training argument names must be strings, got {key!r}")
+                if len(problems) >= MAX_TRAINING_PROBLEMS:  # a flood of keys: count the rest, suggest nothing more
+                    more += not isinstance(key, str) or key in trl_fields.OWNED_BY_SPEC or key not in trl_fields.by_camel()
+                elif not isinstance(key, str):
+                    problems.append(f"training argument names must be strings, got {key!r:.60}")
                 elif key in trl_fields.OWNED_BY_SPEC:
                     problems.append(f"'{key}' is set by the operator: {trl_fields.OWNED_BY_SPEC[key]}")
                 elif trl_fields.removed(key):
                     problems.append(str(trl_fields.removed(key)))
                 elif key not in trl_fields.by_camel():
-                    hint = trl_fields.suggest(key)
+                    hint = trl_fields.suggest(key) if len(key) <= MAX_SUGGESTED_NAME else None
                     did = f"; did you mean '{hint}'?" if hint else ""
-                    problems.append(f"'{key}' is not a TRL {trl_fields.trl_version()} GRPOConfig argument{did}")
+                    problems.append(f"'{key:.60}' is not a TRL {trl_fields.trl_version()} GRPOConfig argument{did}")
+            if more:
+                problems.append(f"and {more} more unknown training argument(s)")
             if problems:
                 raise ValueError("; ".join(problems))
         return v

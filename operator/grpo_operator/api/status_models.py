@@ -69,6 +69,9 @@ class GRPOJobStatus(BaseModel):
     startTime: Optional[str] = Field(default=None, description="When the pods were first created.")
     completionTime: Optional[str] = Field(default=None, description="When the job finished.")
     observedGeneration: Optional[int] = Field(default=None, description="Last .metadata.generation acted on.")
+    specDigest: Optional[str] = Field(
+        default=None, description="Digest of the spec the pods were rendered from (all of it but runPolicy): an edit "
+        "of runPolicy or metadata moves the generation, not this, and never changes a started job's phase or pods.")
     message: Optional[str] = Field(default=None, description="Human readable summary of the phase.")
 
     def condition(self, ctype: str) -> Optional[Condition]:

@@ -10,6 +10,7 @@ One probe per job at a time; its verdict is kept (for that server pod and attemp
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from typing import Any, Optional
@@ -22,6 +23,19 @@ from .workqueue import Key
 log = logging.getLogger("grpo_operator")
 
 
+# A tenant's image answers these requests: every body is read up to this many bytes, never more (a real answer to
+# /v1/models or a 1-token completion is a few KiB), so an image that streams gigabytes cannot exhaust the operator.
+MAX_BODY_BYTES = 64 * 1024
+
+
+async def read_bounded(resp: aiohttp.ClientResponse, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The body, when it is at most `limit` bytes; ValueError (a wedged or hostile server) when longer."""
+    raw = await resp.content.read(limit + 1)
+    if len(raw) > limit:
+        raise ValueError(f"answer longer than {limit} bytes")
+    return raw
+
+
 async def generate_one_token(base_url: str, timeout: float) -> tuple[bool, str]:
     """(the engine answered, what went wrong). Never raises for what the server does."""
     limit = aiohttp.ClientTimeout(total=timeout)
@@ -30,13 +44,14 @@ async def generate_one_token(base_url: str, timeout: float) -> tuple[bool, str]:
             async with http.get(f"{base_url}/v1/models") as resp:
                 if resp.status != 200:
                     return False, f"GET /v1/models answered {resp.status}"
-                models: Any = await resp.json()
+                models: Any = json.loads(await read_bounded(resp))
             model = models["data"][0]["id"]
             payload = {"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0.0}
             async with http.post(f"{base_url}/v1/completions", json=payload) as resp:
                 if resp.status != 200:
-                    return False, f"POST /v1/completions answered {resp.status}: {(await resp.text())[:200]}"
-                body: Any = await resp.json()
+                    text = (await resp.content.read(200)).decode("utf-8", "replace")
+                    return False, f"POST /v1/completions answered {resp.status}: {text}"
+                body: Any = json.loads(await read_bounded(resp))
             if not body.get("choices"):
                 return False, "POST /v1/completions answered without choices"
             return True, ""

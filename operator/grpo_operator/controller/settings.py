@@ -41,6 +41,7 @@ class Settings:
     webhook_service: Optional[str] = None  # NAMESPACE/NAME[:PORT]: register by Service reference (in-cluster)
     webhook_config_name: str = "grpo-operator.grpo.dev"
     webhook_create: bool = True  # False (the chart): the configuration exists, the operator only patches it
+    webhook_failure_policy: str = "Fail"  # the chart's webhook.failurePolicy: Ignore admits when no replica answers
     liveness: Optional[str] = None
     json_logs: bool = False
     log_level: str = "INFO"
@@ -95,6 +96,7 @@ class Settings:
             webhook_service=e.get("GRPO_WEBHOOK_SERVICE") or None,
             webhook_config_name=e.get("GRPO_WEBHOOK_CONFIG_NAME", "grpo-operator.grpo.dev"),
             webhook_create=e.get("GRPO_WEBHOOK_CREATE", "1") not in ("0", "false", "no"),
+            webhook_failure_policy=e.get("GRPO_WEBHOOK_FAILURE_POLICY") or "Fail",
             liveness=e.get("GRPO_LIVENESS") or None,
             json_logs=e.get("GRPO_LOG_FORMAT", "") == "json",
             log_level=e.get("GRPO_LOG_LEVEL", "INFO"),
@@ -263,6 +265,8 @@ def check(cfg: Settings) -> Optional[str]:
             parse_service(cfg.webhook_service)
         except ValueError as exc:
             return f"--webhook-service: {exc}"
+    if cfg.webhook_failure_policy not in ("Fail", "Ignore"):
+        return f"environment: GRPO_WEBHOOK_FAILURE_POLICY must be Fail or Ignore, got {cfg.webhook_failure_policy!r}"
     if cfg.all_namespaces and cfg.namespaces:
         return "--all-namespaces and --namespace are mutually exclusive"
     if not cfg.all_namespaces and not cfg.namespaces:

@@ -59,11 +59,11 @@ def namespace_selector(namespaces: list[str], version: Optional[tuple[int, int]]
 
 
 def webhooks(config_name: str, handler_id: str, client_config: dict[str, Any],
-             selector: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
+             selector: Optional[dict[str, Any]], failure_policy: str = "Fail") -> list[dict[str, Any]]:
     hook: dict[str, Any] = {
         "name": f"{handler_id}.{config_name}",
         "sideEffects": "None",
-        "failurePolicy": "Fail",
+        "failurePolicy": failure_policy,  # the chart's webhook.failurePolicy (GRPO_WEBHOOK_FAILURE_POLICY)
         "matchPolicy": "Equivalent",
         "rules": [{"apiGroups": [api.GROUP], "apiVersions": [api.VERSION], "resources": [api.PLURAL],
                    "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}],
@@ -80,9 +80,9 @@ class Publisher:
     """Writes the webhook configuration for every client config the webhook server yields."""
 
     def __init__(self, kube: Callable[[], Optional[kube_mod.Kube]], config_name: str, handler_id: str,
-                 namespaces: list[str], create: bool):
+                 namespaces: list[str], create: bool, failure_policy: str = "Fail"):
         self.kube, self.config_name, self.handler_id = kube, config_name, handler_id
-        self.namespaces, self.create = namespaces, create
+        self.namespaces, self.create, self.failure_policy = namespaces, create, failure_policy
         self.version: Optional[tuple[int, int]] = None
 
     async def publish(self, client_config: dict[str, Any]) -> None:
@@ -96,7 +96,7 @@ class Publisher:
                             "namespaceSelector (it is called for GRPOJobs of every namespace)", self.version,
                             NAMESPACE_LABEL)
         hooks = webhooks(self.config_name, self.handler_id, client_config,
-                         namespace_selector(self.namespaces, self.version))
+                         namespace_selector(self.namespaces, self.version), self.failure_policy)
         path = f"{VWC_PATH}/{quote(self.config_name)}"
         # not fenced: every replica serves the webhook, a standby included (leader election gates the controller only)
         try:
@@ -144,5 +144,5 @@ def publishing(server: Any, kube: Callable[[], Optional[kube_mod.Kube]], cfg: Se
     from ..webhook.server import HANDLER_ID
 
     publisher = Publisher(kube, cfg.webhook_config_name, HANDLER_ID, [] if cfg.all_namespaces else cfg.namespaces,
-                          cfg.webhook_create)
+                          cfg.webhook_create, cfg.webhook_failure_policy)
     return PublishingServer(server, publisher.publish)

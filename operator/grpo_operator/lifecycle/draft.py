@@ -4,6 +4,8 @@ once, the job's gang policy), the Decision it yields, and the operator-wide Poli
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -141,14 +143,29 @@ def _batch(breakdown: Optional[dict[str, Any]]) -> Optional[api.BatchStatus]:
 STARTED_PHASES = (Phase.RUNNING, Phase.RESTARTING, Phase.SUCCEEDED, Phase.FAILED)
 
 
-def has_started(status: api.GRPOJobStatus, generation: Optional[int], ours: Iterable[PodInfo]) -> bool:
+# Spec fields whose edit does not change what the pods were rendered from (webhook/review.py MUTABLE_FIELDS)
+RUN_POLICY = "runPolicy"
+
+
+def spec_digest(spec: Any) -> str:
+    """The stored spec's identity as far as its pods are concerned: a digest of all of it but runPolicy (a
+    metadata or runPolicy edit moves metadata.generation, never this)."""
+    rest = {k: v for k, v in spec.items() if k != RUN_POLICY} if isinstance(spec, dict) else spec
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def has_started(status: api.GRPOJobStatus, digest: str, ours: Iterable[PodInfo]) -> bool:
     """Started: the operator created pods for the job at least once (status.startTime, the Created condition, a phase
     only pods reach, or a pod of its own). From then on it was admitted by the rules of its day, and a later release's
     stricter rule never deletes its work (a rule only refuses a job that has not started). Not started: a Rejected
-    job (its rejection deleted its pods), and a spec edited since the operator last saw it (metadata.generation past
-    status.observedGeneration): an edit today's rules refuse is refused as before, whatever ran."""
-    seen = status.observedGeneration
-    if status.phase == Phase.REJECTED or (seen is not None and isinstance(generation, int) and generation > seen):
+    job (its rejection deleted its pods), and a spec changed since its pods were rendered (`digest`, the stored spec's
+    spec_digest, differs from status.specDigest): an edit today's rules refuse is refused as before, whatever ran.
+    A runPolicy or metadata edit (suspend, a deadline, a TTL, a label) moves the generation, not the digest: it never
+    turns a started job into a refused one. A status without specDigest (written by a release that did not record it)
+    reads as unchanged: the webhook and the CRD's rules keep a started job's spec immutable."""
+    changed = status.specDigest is not None and status.specDigest != digest
+    if status.phase == Phase.REJECTED or changed:
         return False
     return bool(status.startTime or status.phase in STARTED_PHASES
                 or status.is_true(ConditionType.CREATED) or any(True for _ in ours))
@@ -202,9 +219,11 @@ class Draft:
         # an older GRPOJob of the same name (its GC pending) → delete; anything else is a conflict, never touched
         decision = Decision(status=None, delete_pods=[p.name for p in sets.stale if not p.deleting],
                             conflicts=[p.name for p in sets.foreign])
-        valid, refused = ValidJob.of(job.result), None
-        if valid is None and has_started(found, job.generation, sets.ours):
+        valid, refused, digest = ValidJob.of(job.result), None, spec_digest(job.spec_doc)
+        if valid is None and has_started(found, digest, sets.ours):
             valid, refused = ValidJob.kept(job.result), job.result.summary() or "invalid GRPOJob"
+        if valid is not None or refused is not None:  # the spec its pods are rendered from; a Rejected one: none
+            status.specDigest = digest
         return cls(job, now, policy, status, found, decision, sets, list(sets.current), status.phase,
                    valid, gang_policy.for_job(valid.job if valid else None), refused)
 

@@ -84,8 +84,19 @@ def parse_record(text: Optional[str]) -> Optional[dict[str, Any]]:
     return None
 
 
+# The download pod's progress record is the tenant's pod talking: what it puts into status.message is bounded
+MAX_PROGRESS_MESSAGE = 512
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MAX_PROGRESS_MESSAGE else text[:MAX_PROGRESS_MESSAGE - 1] + "…"
+
+
 def _size(n: Any) -> str:
-    value = float(n or 0)
+    try:
+        value = float(n or 0)
+    except (TypeError, ValueError):
+        return "?"
     for unit in ("B", "kB", "MB", "GB", "TB"):
         if value < 1000 or unit == "TB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
@@ -98,13 +109,13 @@ def progress_message(record: Optional[dict[str, Any]]) -> str:
     if not record or not record.get("item"):
         return "downloading the model and dataset into the cache"
     if record.get("event") == "cached":
-        return f"{record['item']} is already in the cache"
+        return _bounded(f"{record['item']} is already in the cache")
     text = f"downloading {record['item']}"
     if record.get("totalBytes"):
         text += f": {_size(record.get('bytes'))} / {_size(record['totalBytes'])}"
     if record.get("totalFiles"):
         text += f", {record.get('files') or 0}/{record['totalFiles']} files"
-    return text
+    return _bounded(text)
 
 
 def _condition(status: str, reason: str, message: str) -> dict[str, Any]:
@@ -117,10 +128,11 @@ def _staged_message(record: Optional[dict[str, Any]]) -> str:
     staged, cached = record.get("staged") or [], record.get("cached") or []
     parts = []
     if staged:
-        parts.append(f"staged {', '.join(staged)} ({_size(record.get('bytes'))} in {record.get('seconds', 0)} s)")
+        took = f"{_size(record.get('bytes'))} in {record.get('seconds', 0)} s"
+        parts.append(f"staged {', '.join(map(str, staged))} ({took})")
     if cached:
-        parts.append(f"already cached: {', '.join(cached)}")
-    return "; ".join(parts) or "nothing to stage"
+        parts.append(f"already cached: {', '.join(map(str, cached))}")
+    return _bounded("; ".join(parts)) or "nothing to stage"
 
 
 def _backoff(retries: int) -> float:

@@ -28,9 +28,19 @@ def is_secret_name(name: str) -> bool:
     return upper in KNOWN or SHAPED.search(upper) is not None
 
 
+# from_pretrained keyword arguments that carry a Hub token: in modelInitKwargs it lands in the job's ConfigMap
+TOKEN_KWARGS = ("token", "use_auth_token")
+
+
 def literal_secret_errors(spec: api.GRPOJobSpec) -> list[tuple[str, str]]:
-    """(field, message) for every spec.template.env entry that gives a credential as a literal value."""
-    errors = []
+    """(field, message) for every spec.template.env entry that gives a credential as a literal value, and a token
+    given in training.modelInitKwargs."""
+    init = getattr(spec.training, "modelInitKwargs", None)
+    errors = [(f"spec.training.modelInitKwargs.{key}",
+               "a Hub token in modelInitKwargs is stored in the GRPOJob and its ConfigMap, readable by anyone who can "
+               "read them; put the token in a Secret and set spec.hfTokenSecretRef: {name: <secret>, key: <key>} "
+               "(it reaches the pods as HF_TOKEN)")
+              for key in TOKEN_KWARGS if isinstance(init, dict) and isinstance(init.get(key), str)]
     for i, e in enumerate(spec.template.env):
         if not e.value or not is_secret_name(e.name):
             continue

@@ -44,8 +44,10 @@ class ValidationResult:
     def valid(self) -> bool:
         return not self.errors and not self.not_a_grpojob
 
-    def summary(self) -> str:
-        return "; ".join(f"{e.field}: {e.message}" for e in self.errors)
+    def summary(self, limit: int = 4096) -> str:
+        """The errors on one line, at most `limit` characters (it lands in status.message and a condition)."""
+        text = "; ".join(f"{e.field}: {e.message}" for e in self.errors)
+        return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _sub_models(tp: Any) -> list[type[BaseModel]]:
@@ -133,8 +135,10 @@ def _pydantic_errors(exc: ValidationError, prefix: str = "spec") -> list[FieldEr
             msg = "required field is missing"
         elif kind == "extra_forbidden":
             name = str(loc[-1]) if loc else "?"
-            hint = difflib.get_close_matches(name, _siblings(loc[:-1]), n=1, cutoff=0.6)
-            msg = f"unknown field '{name}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
+            # a flood of unknown keys: only the errors reported (capped) get a fuzzy match, computed once each
+            hint = difflib.get_close_matches(name, _siblings(loc[:-1]), n=1, cutoff=0.6) \
+                if len(out) < MAX_ERRORS and len(name) <= 64 else []
+            msg = f"unknown field '{_short(name)[1:-1]}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
         elif kind == "string_pattern_mismatch":
             pattern = str((err.get("ctx") or {}).get("pattern"))
             msg = f"{_PATTERN_TEXT.get(pattern, 'has an invalid format')} (got {_short(err.get('input'))})"

@@ -12,6 +12,7 @@ from typing import Any, Optional
 from .. import api
 from ..rules import validation
 from ..rules.limits import NO_LIMITS, Limits
+from ..rules.validation import MAX_ERRORS
 
 # Spec fields a running job cannot change: its pods were rendered from them (topology, batch, model, data…).
 MUTABLE_FIELDS = {"runPolicy"}
@@ -71,11 +72,22 @@ def _models_in(annotation: Any) -> Any:
         yield from _models_in(a)
 
 
+# A denial is read by a person (kubectl prints it) and stored in no object: a few KiB say everything useful, whatever
+# a tenant sent (a 250 KB refusal was seen before the validator capped its work).
+MAX_LINE = 1024
+MAX_MESSAGE = 8192
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _format_errors(name: str, res: validation.ValidationResult) -> str:
-    lines = [f"GRPOJob {name!r} is invalid ({len(res.errors)} error{'s' if len(res.errors) != 1 else ''}):"]
+    lines = [_clip(f"GRPOJob {name!r} is invalid ({len(res.errors)} error{'s' if len(res.errors) != 1 else ''}):",
+                   MAX_LINE)]
     for e in res.errors:
-        lines.append(f"  * {e.field or '(object)'}: {e.message}")
-    return "\n".join(lines)
+        lines.append(_clip(f"  * {e.field or '(object)'}: {e.message}", MAX_LINE))
+    return _clip("\n".join(lines), MAX_MESSAGE)
 
 
 def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mapping[str, Any]] = None,
@@ -99,9 +111,9 @@ def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mappi
                       reason=reason_label(res.errors[0].field if res.errors else ""))
     warnings = [f"spec: {w}" if not w.startswith("spec") else w for w in res.warnings]
     if operation == "UPDATE" and old is not None:
-        old_doc = {k: old.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in old}
-        old_valid = validation.validate(old_doc, limits).valid
-        if old_valid:  # a Rejected (invalid) job may be fixed freely: it never had pods
+        # every stored job's spec is immutable, whatever today's rules think of it; only one refused that never
+        # started (no pods were ever rendered from it) may be fixed freely
+        if not never_started_refused(old, limits):
             old_spec = old.get("spec") or {}
             new_spec = new.get("spec") or {}
             suspended = bool((old_spec.get("runPolicy") or {}).get("suspend")) and bool(
@@ -110,7 +122,7 @@ def review(operation: str, new: Optional[Mapping[str, Any]], old: Optional[Mappi
                              if old_spec.get(k) != new_spec.get(k) and k not in MUTABLE_FIELDS
                              and not (suspended and k in MUTABLE_WHILE_SUSPENDED))
             if changed:
-                fields = ", ".join(f"spec.{k}" for k in changed)
+                fields = _clip(", ".join(f"spec.{k}" for k in changed[:MAX_ERRORS]), MAX_LINE)
                 hint = " (spec.template may change only while the job is suspended)" if "template" in changed else ""
                 return Review(False,
                               f"GRPOJob {name!r}: {fields} cannot change on an existing job: its pods, topology and batch "
@@ -134,3 +146,22 @@ def _adds_no_error(new: Mapping[str, Any], old: Mapping[str, Any], res: validati
     old_doc = {k: old.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in old}
     before = {(e.field, e.message) for e in validation.validate(old_doc, limits).errors}
     return all((e.field, e.message) in before for e in res.errors)
+
+
+# Phases only a job whose pods were created reaches (lifecycle/draft.py STARTED_PHASES)
+_STARTED_PHASES = ("Running", "Restarting", "Succeeded", "Failed")
+
+
+def never_started_refused(old: Mapping[str, Any], limits: Limits) -> bool:
+    """A stored job today's rules refuse and whose pods were never created, read from the stored object alone: its
+    status has no startTime, no Created=True condition and no phase only pods reach. Such a job (typically Rejected
+    from its first pass) has no pods, ConfigMap or checkpoints rendered from its spec: any edit may fix it."""
+    found = old.get("status")
+    status: dict[str, Any] = found if isinstance(found, dict) else {}
+    listed = status.get("conditions")
+    conditions: list[Any] = listed if isinstance(listed, list) else []
+    created = any(isinstance(c, dict) and c.get("type") == "Created" and c.get("status") == "True" for c in conditions)
+    if status.get("startTime") or created or status.get("phase") in _STARTED_PHASES:
+        return False
+    old_doc = {k: old.get(k) for k in ("apiVersion", "kind", "metadata", "spec") if k in old}
+    return not validation.validate(old_doc, limits).valid

@@ -13,6 +13,7 @@ import ssl
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 from .. import api
@@ -41,6 +42,23 @@ class RefusalIsNotAnError(logging.Filter):
 _REFUSAL_FILTER = RefusalIsNotAnError()
 
 
+REVIEW_THREADS = 2  # reviews validated at once; the rest wait their turn (the API server bounds what is in flight)
+
+
+class ReviewPool:
+    """Runs review() on a few worker threads, never on the event loop: the loop is shared with the controller and
+    the Lease elector, and a review is CPU work a tenant chooses (its cost is bounded by the validator, its latency
+    here). A loop thread waiting for the GIL gets it within the interpreter's switch interval (5 ms)."""
+
+    def __init__(self, threads: int = REVIEW_THREADS):
+        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grpo-review")
+
+    async def review(self, operation: str, new: Optional[dict[str, Any]], old: Optional[dict[str, Any]],
+                     limits: Limits) -> Review:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, review, operation, new, old, limits)
+
+
 def register(registry: Any, on_review: Optional[Callable[[str, Review], None]] = None,
              limits: Limits = NO_LIMITS) -> None:
     """`on_review(operation, review)` is called for every review (the controller counts them in its metrics);
@@ -50,13 +68,15 @@ def register(registry: Any, on_review: Optional[Callable[[str, Review], None]] =
     # kopf's per-object logger (a LoggerAdapter over "kopf.objects"): filters on a logger see its own records
     logging.getLogger("kopf.objects").addFilter(_REFUSAL_FILTER)
 
+    pool = ReviewPool()
+
     @kopf.on.validate(api.GROUP, api.VERSION, api.PLURAL, id=HANDLER_ID, operations=["CREATE", "UPDATE"],
                       registry=registry)
     async def validate_grpojob(*, body: Any, warnings: list[str], old: Any = None, new: Any = None,
                                operation: Optional[str] = None, **_: Any) -> None:
         new_d = dict(new) if new is not None else (dict(body) if body is not None else None)
         old_d = dict(old) if old is not None else None
-        r = review(operation or "", new_d, old_d, limits)
+        r = await pool.review(operation or "", new_d, old_d, limits)
         if on_review is not None:
             on_review(operation or "", r)
         warnings.extend(r.warnings)

@@ -257,6 +257,10 @@ def test_default_is_clusterwide_with_operator_managed_webhook() -> None:
     assert env["GRPO_WEBHOOK_HOST"] == "grpo-grpo-operator-webhook.grpo-system.svc"
     assert env["GRPO_WEBHOOK_SERVICE"] == "grpo-system/grpo-grpo-operator-webhook:9443"
     assert env["GRPO_WEBHOOK_CONFIG_NAME"] == "grpo-grpo-operator.grpo.dev"
+    assert env["GRPO_WEBHOOK_FAILURE_POLICY"] == "Fail"  # the operator writes the chart's webhook.failurePolicy
+    ignore = by_kind(render({"webhook": {"failurePolicy": "Ignore"}}), "Deployment")[0]
+    assert {e["name"]: e.get("value") for e in ignore["spec"]["template"]["spec"]["containers"][0]["env"]}[
+        "GRPO_WEBHOOK_FAILURE_POLICY"] == "Ignore"
     assert env["GRPO_TRAINER_IMAGE"] == "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
     assert "GRPO_PEERING" not in env and dep["spec"]["strategy"]["type"] == "Recreate"
     # the chart owns the configuration, empty (helm uninstall deletes it); the operator fills it in, creating nothing

@@ -40,6 +40,10 @@ def test_schema_is_structural():
     typed = [(p, n) for p, n in _walk(spec, "$.spec") if n.get("type") == "object" and "properties" in n]
     assert typed and all(n.get("x-kubernetes-preserve-unknown-fields") is True for _, n in typed), \
         [p for p, n in typed if not n.get("x-kubernetes-preserve-unknown-fields")]
+    # and bounded in width (issue 27, finding 3): every object that keeps unknown keys has maxProperties
+    preserved = [(p, n) for p, n in _walk(spec, "$.spec") if n.get("x-kubernetes-preserve-unknown-fields")]
+    assert preserved and not [p for p, n in preserved if "maxProperties" not in n]
+    assert spec["maxProperties"] == len(spec["properties"]) + crd.MAX_UNKNOWN_PROPERTIES
     training = spec["properties"]["training"]["properties"]
     assert training["numGenerations"]["type"] == "integer" and training["numGenerations"]["description"]
     assert len(training) > 150

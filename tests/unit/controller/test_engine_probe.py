@@ -39,6 +39,19 @@ async def test_a_hung_engine_fails_at_the_deadline() -> None:
 
 
 @pytest.mark.asyncio
+async def test_an_endless_answer_is_read_only_up_to_the_bound() -> None:
+    """Finding 10: the probe read whole bodies from the user's vLLM server image (resp.json()): an image streaming an
+    endless answer could exhaust the shared operator's memory. Now every read stops past MAX_BODY_BYTES."""
+    from grpo_operator.controller.engine_probe import MAX_BODY_BYTES
+
+    with FakeVllm("flood") as fake:
+        ok, detail = await generate_one_token(fake.url, 30.0)
+        sent = fake.sent
+    assert not ok and f"longer than {MAX_BODY_BYTES} bytes" in detail, detail
+    assert sent < 64 * 1024 * 1024  # the stand-in stopped when the probe hung up (socket buffers aside)
+
+
+@pytest.mark.asyncio
 async def test_nothing_listening_fails() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

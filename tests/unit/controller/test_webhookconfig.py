@@ -58,6 +58,23 @@ async def test_patches_the_one_configuration_with_a_selector() -> None:
 
 
 @pytest.mark.asyncio
+async def test_the_charts_failure_policy_is_written() -> None:
+    """Low finding of issue 27: the operator-managed configuration always said failurePolicy Fail, whatever the
+    chart's webhook.failurePolicy (GRPO_WEBHOOK_FAILURE_POLICY) asked for."""
+    from grpo_operator.controller import settings
+
+    k = Recorder(exists=True)
+    cfg = settings.Settings.from_env({"GRPO_WEBHOOK_FAILURE_POLICY": "Ignore"})
+    assert cfg.webhook_failure_policy == "Ignore"
+    pub = wc.Publisher(lambda: k, "cfg", "validate", [], create=False,  # type: ignore[arg-type, return-value]
+                       failure_policy=cfg.webhook_failure_policy)
+    await pub.publish({"url": "https://h:1"})
+    assert k.body["webhooks"][0]["failurePolicy"] == "Ignore"
+    bad = settings.Settings.from_env({"GRPO_WEBHOOK_FAILURE_POLICY": "Sometimes"})
+    assert "GRPO_WEBHOOK_FAILURE_POLICY must be Fail or Ignore" in (settings.check(bad) or "")
+
+
+@pytest.mark.asyncio
 async def test_creates_only_when_allowed() -> None:
     k = Recorder(exists=False, minor="20")
     pub = wc.Publisher(lambda: k, "cfg", "validate", ["team"], create=False)  # type: ignore[arg-type, return-value]

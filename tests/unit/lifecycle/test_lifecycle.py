@@ -10,6 +10,7 @@ import pytest
 
 from grpo_operator import api
 from grpo_operator import lifecycle as lc
+from grpo_operator.lifecycle.draft import spec_digest
 from grpo_operator.render import manifests
 from grpo_operator.rules import validation
 from tests.support.jobs import job_body, pod_body
@@ -380,10 +381,12 @@ def test_invalid_spec_is_rejected_with_no_pods() -> None:
     assert c["status"] == "True" and "numGenerations" in c["message"]
     assert any(e.type == "Warning" and e.reason == "Rejected" for e in dec.events)
     # running pods of a job whose spec was edited to an invalid one (webhook off) are removed: the operator never
-    # saw that spec (generation 2 past observedGeneration 1); today's rules refusing the spec it started with keep
-    # them (tests/unit/lifecycle/test_upgrade.py)
+    # saw that spec (status.specDigest records the one its pods came from); today's rules refusing the spec it
+    # started with keep them (tests/unit/lifecycle/test_upgrade.py, test_spec_edits.py)
+    started_with = spec_digest(job_body("job", nodes=1, uid=UID)["spec"])
     edited = job_body("job", nodes=1, uid=UID, num_generations=7, generation=2,
-                      status={"phase": "Running", "observedGeneration": 1, "startTime": "2030-01-01T11:00:00Z"})
+                      status={"phase": "Running", "observedGeneration": 1, "startTime": "2030-01-01T11:00:00Z",
+                              "specDigest": started_with})
     dec = decide(edited, [pod(0, "Running")])
     assert dec.delete_pods == ["job-node-0"] and dec.status["phase"] == "Rejected"
 

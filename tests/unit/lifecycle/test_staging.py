@@ -119,3 +119,16 @@ def test_progress_while_downloading():
     assert progress_message({"event": "cached", "item": "dataset org/data@main"}) == \
         "dataset org/data@main is already in the cache"
     assert progress_message(None) == "downloading the model and dataset into the cache"  # before the first scrape
+
+
+def test_a_hostile_progress_record_makes_a_bounded_message():
+    """Low finding of issue 27: the download pod's progress record (the tenant's pod talking) went into
+    status.message unbounded; a non-numeric size made the pass fail."""
+    from grpo_operator.lifecycle.staging import MAX_PROGRESS_MESSAGE
+
+    huge = {"event": "progress", "item": "x" * 200_000, "bytes": "lots", "totalBytes": 10, "totalFiles": 2}
+    assert len(progress_message(huge)) <= MAX_PROGRESS_MESSAGE
+    assert progress_message({**huge, "item": "model m"}) == "downloading model m: ? / 10 B, 0/2 files"
+    d = decide_staging(job(), pod("Running"), None, now=NOW, progress=huge)
+    assert len(d.message) <= MAX_PROGRESS_MESSAGE and len(d.condition["message"]) <= MAX_PROGRESS_MESSAGE
+    assert len(progress_message({"event": "cached", "item": "y" * 100_000})) <= MAX_PROGRESS_MESSAGE

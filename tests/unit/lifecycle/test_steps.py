@@ -58,8 +58,9 @@ def test_begin_deletes_an_older_jobs_pods_and_records_conflicts() -> None:
 
 # ------------------------------------------------------------------------------------------------ the steps
 @pytest.mark.parametrize("spec, status, settled, phase, rejected", [
-    # its pod is of a spec edited since the operator saw it (generation 1 past observedGeneration 0): refused
-    ({"num_generations": 3}, {"observedGeneration": 0}, True, Phase.REJECTED, ("True", Reason.INVALID_SPEC)),
+    # its pod is of a spec edited since (status.specDigest is another spec's): refused
+    ({"num_generations": 3}, {"observedGeneration": 0, "specDigest": "sha256:another"}, True, Phase.REJECTED,
+     ("True", Reason.INVALID_SPEC)),
     # started under earlier rules: kept, with SpecInvalid (tests/unit/lifecycle/test_upgrade.py)
     ({"num_generations": 3}, {"phase": "Running", "startTime": "2030-01-01T11:00:00Z"}, False, Phase.RUNNING, None),
     ({}, None, False, None, None),

@@ -48,3 +48,15 @@ def test_names() -> None:
     assert secrets.is_secret_name("wandb_api_key") and secrets.is_secret_name("GITHUB_TOKEN")
     assert not any(secrets.is_secret_name(n) for n in ("HF_HOME", "HF_HUB_OFFLINE", "WANDB_RUN_ID", "API_KEY_FILE",
                                                        "PASSWORD_FILE", "TRACKIO_DIR"))
+
+
+@pytest.mark.parametrize("key", ["token", "use_auth_token"])
+def test_a_token_in_model_init_kwargs_is_refused_with_the_fix(key: str) -> None:
+    """Low finding of issue 27: modelInitKwargs.token was admitted and landed in the job's ConfigMap in clear."""
+    job = manifest("tok")
+    job["spec"]["training"]["modelInitKwargs"] = {key: "hf_abc123", "torch_dtype": "bfloat16"}
+    res = validation.validate(job)
+    assert [e.field for e in res.errors] == [f"spec.training.modelInitKwargs.{key}"], res.errors
+    assert "spec.hfTokenSecretRef" in res.errors[0].message and "hf_abc123" not in res.errors[0].message
+    job["spec"]["training"]["modelInitKwargs"] = {key: True}  # "use the token the pod has": no literal, admitted
+    assert validation.validate(job).valid

@@ -91,3 +91,38 @@ def test_every_update_while_deleting_is_admitted(kind: str) -> None:
     new["spec"]["nodes"] = 3  # even a spec change: the object is on its way out
     r = webhook.review("UPDATE", new, old)
     assert r.allowed and not r.message
+
+
+STARTED = {"phase": "Running", "startTime": "2030-01-01T10:00:00Z",
+           "conditions": [{"type": "Created", "status": "True", "reason": "PodsCreated", "message": "2 pod(s)"}]}
+
+
+@pytest.mark.parametrize("status", [STARTED, {"phase": "Succeeded", "startTime": "2030-01-01T10:00:00Z"},
+                                    {"phase": "Pending", "conditions": STARTED["conditions"]}])
+def test_a_started_refused_job_keeps_its_spec_immutable(status: dict[str, Any]) -> None:
+    """Finding 7: the immutability check was skipped for stored jobs today's rules refuse (`if old_valid:`): a
+    running job under a lowered node limit could go nodes 2→4 (and fix its batch), which gang-restarted it with a
+    new pod spec beside its old, create-only ConfigMap."""
+    from grpo_operator.rules.limits import Limits
+
+    lowered = Limits(max_nodes_per_job=4)
+    old = job_body("job", nodes=5, status=status)  # admitted before the limit was lowered to 4
+    new = copy.deepcopy(old)
+    new["spec"]["nodes"] = 4
+    r = webhook.review("UPDATE", new, old, lowered)
+    assert not r.allowed and "spec.nodes cannot change on an existing job" in r.message, r.message
+    # the refused job of today's rules whose batch rule broke: the same
+    old7 = job_body("job", nodes=1, num_generations=7, status=status)
+    new7 = copy.deepcopy(old7)
+    new7["spec"]["nodes"], new7["spec"]["training"]["numGenerations"] = 2, 8
+    assert not webhook.review("UPDATE", new7, old7).allowed
+
+
+@pytest.mark.parametrize("status", [None, {"phase": "Rejected", "observedGeneration": 1,
+                                           "conditions": [{"type": "Rejected", "status": "True"}]}])
+def test_a_refused_job_that_never_started_may_be_fixed_freely(status: Any) -> None:
+    """Finding 7's other half: "never started" is read from the stored status (no startTime, no Created=True, no
+    phase only pods reach): such a job has nothing rendered from its spec."""
+    old = job_body("job", nodes=1, num_generations=7, status=status)
+    new = job_body("job", nodes=2, num_generations=8, status=status)
+    assert webhook.review("UPDATE", new, old).allowed
