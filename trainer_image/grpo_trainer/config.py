@@ -22,6 +22,16 @@ class DatasetSpec:
     split: str = "train"
     prompt_column: str = "prompt"
     answer_column: str | None = None
+    eval_split: str | None = None  # evaluation data (spec.dataset.evalSplit), at eval_name or else name
+    eval_name: str | None = None
+
+    def eval_spec(self) -> "DatasetSpec | None":
+        """The eval data as a dataset of its own (same columns), or None without evalSplit."""
+        if self.eval_split is None:
+            return None
+        other = self.eval_name is not None and self.eval_name != self.name
+        return dataclasses.replace(self, name=self.eval_name or self.name, config=None if other else self.config,
+                                   split=self.eval_split, eval_split=None, eval_name=None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +131,8 @@ def parse(doc: Any) -> TrainerConfig:
         split=_opt(ds, "split", "dataset.", str, "train"),
         prompt_column=_opt(ds, "promptColumn", "dataset.", str, "prompt"),
         answer_column=_opt(ds, "answerColumn", "dataset.", str, None),
+        eval_split=_opt(ds, "evalSplit", "dataset.", str, None),
+        eval_name=_opt(ds, "evalName", "dataset.", str, None),
     )
     raw_rewards = _req(doc, "rewards", "", list)
     if not raw_rewards:
