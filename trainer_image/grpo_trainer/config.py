@@ -25,7 +25,7 @@ class DatasetSpec:
     eval_split: str | None = None  # evaluation data (spec.dataset.evalSplit), at eval_name or else name
     eval_name: str | None = None
 
-    def eval_spec(self) -> "DatasetSpec | None":
+    def eval_spec(self) -> DatasetSpec | None:
         """The eval data as a dataset of its own (same columns), or None without evalSplit."""
         if self.eval_split is None:
             return None
