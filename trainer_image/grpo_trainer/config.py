@@ -22,6 +22,16 @@ class DatasetSpec:
     split: str = "train"
     prompt_column: str = "prompt"
     answer_column: str | None = None
+    eval_split: str | None = None  # evaluation data (spec.dataset.evalSplit), at eval_name or else name
+    eval_name: str | None = None
+
+    def eval_spec(self) -> DatasetSpec | None:
+        """The eval data as a dataset of its own (same columns), or None without evalSplit."""
+        if self.eval_split is None:
+            return None
+        other = self.eval_name is not None and self.eval_name != self.name
+        return dataclasses.replace(self, name=self.eval_name or self.name, config=None if other else self.config,
+                                   split=self.eval_split, eval_split=None, eval_name=None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +115,18 @@ def _tname(types: type | tuple[type, ...]) -> str:
                         "float": "a number", "bool": "a boolean"}.get(t.__name__, t.__name__) for t in types)
 
 
+def _dataset(ds: dict) -> DatasetSpec:
+    return DatasetSpec(
+        name=_req(ds, "name", "dataset.", str),
+        config=_opt(ds, "config", "dataset.", str, None),
+        split=_opt(ds, "split", "dataset.", str, "train"),
+        prompt_column=_opt(ds, "promptColumn", "dataset.", str, "prompt"),
+        answer_column=_opt(ds, "answerColumn", "dataset.", str, None),
+        eval_split=_opt(ds, "evalSplit", "dataset.", str, None),
+        eval_name=_opt(ds, "evalName", "dataset.", str, None),
+    )
+
+
 def parse(doc: Any) -> TrainerConfig:
     """Validate a decoded config document; raise TrainerError(CONFIG) with the offending key."""
     if not isinstance(doc, dict):
@@ -114,14 +136,7 @@ def parse(doc: Any) -> TrainerConfig:
         raise _err(f"schemaVersion {version!r} is not supported by this trainer image (it reads {SCHEMA_VERSION}); "
                    "use a trainer image that matches the operator")
     model = _req(doc, "model", "", str)
-    ds = _req(doc, "dataset", "", dict)
-    dataset = DatasetSpec(
-        name=_req(ds, "name", "dataset.", str),
-        config=_opt(ds, "config", "dataset.", str, None),
-        split=_opt(ds, "split", "dataset.", str, "train"),
-        prompt_column=_opt(ds, "promptColumn", "dataset.", str, "prompt"),
-        answer_column=_opt(ds, "answerColumn", "dataset.", str, None),
-    )
+    dataset = _dataset(_req(doc, "dataset", "", dict))
     raw_rewards = _req(doc, "rewards", "", list)
     if not raw_rewards:
         raise _err("'rewards' is empty: give at least one reward (e.g. {\"name\": \"accuracy\"})")

@@ -94,6 +94,11 @@ def plan(doc: dict[str, Any]) -> list[Item]:
         raise TrainerError(CONFIG, "'dataset.name' must be a string in the trainer config")
     if not is_local(name):
         items.append(Item("dataset", name, "main", False, ds.get("config"), ds.get("split") or "train"))
+    eval_name, eval_split = ds.get("evalName") or name, ds.get("evalSplit")
+    if isinstance(eval_split, str) and isinstance(eval_name, str) and not is_local(eval_name):
+        # the eval split (spec.dataset.evalSplit), read offline by the trainer like the train split
+        items.append(Item("dataset", eval_name, "main", False, ds.get("config") if eval_name == name else None,
+                          eval_split))
     return items
 
 

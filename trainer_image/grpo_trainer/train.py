@@ -130,7 +130,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
 
     metrics = metrics_mod.start(cfg.metrics_port, cfg.job_name, cfg.job_namespace)
     # 1.-2. Cheap checks, then GRPOConfig (TRL's batch check with the real world size).
-    tokenizer, reward_funcs, train_dataset, args, revision, trust = _prepare(cfg, cuda)
+    tokenizer, reward_funcs, (train_dataset, eval_dataset), args, revision, trust = _prepare(cfg, cuda)
     # 3. The checkpoint to resume from; a job restarted after it already reached max_steps only re-saves the model
     #    (resuming at max_steps would make transformers train one more step).
     checkpoint = resume.latest_checkpoint(cfg.output_dir)
@@ -166,7 +166,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
         callbacks.append(progress)
     try:
         trainer = GRPOTrainer(model=cfg.model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
-                              processing_class=tokenizer, callbacks=callbacks,
+                              eval_dataset=eval_dataset, processing_class=tokenizer, callbacks=callbacks,
                               peft_config=cfg.peft.lora_config() if cfg.peft is not None else None)
     except (ValueError, ZeroDivisionError) as e:
         if is_trl_batch_error(e):
@@ -198,7 +198,7 @@ def _tracking_and_history(cfg: TrainerConfig, args: Any, checkpoint: str | None)
 def _prepare(cfg: TrainerConfig, cuda: bool) -> tuple[Any, Any, Any, Any, Any, bool]:
     """Steps 1-2 of run(): the checks that need no model (output volume, argument names, the model's config and
     whether it ships code, rewards import, tokenizer, dataset columns), then GRPOConfig. Returns (tokenizer, reward
-    functions, train dataset, GRPOConfig, the model's revision, trust_remote_code)."""
+    functions, (train dataset, eval dataset or None), GRPOConfig, the model's revision, trust_remote_code)."""
     check_output_writable(cfg.output_dir)
     kwargs = grpo_kwargs(cfg, cuda=cuda)
     from trl import GRPOConfig
@@ -210,12 +210,14 @@ def _prepare(cfg: TrainerConfig, cuda: bool) -> tuple[Any, Any, Any, Any, Any, b
     reward_funcs = rewards.build(cfg.rewards, max_completion_length=max_len,
                                  answer_column=cfg.dataset.answer_column, init_kwargs=init_kwargs)
     tokenizer = data.load_tokenizer(cfg.model, revision=revision, trust_remote_code=trust)
-    raw = data.load_dataset(cfg.dataset)
-    train_dataset = data.prepare_dataset(raw, cfg.dataset, chat=data.has_chat_template(tokenizer))
+    chat = data.has_chat_template(tokenizer)
+    train_dataset = data.prepare_dataset(data.load_dataset(cfg.dataset), cfg.dataset, chat=chat)
+    eval_spec = cfg.dataset.eval_spec()  # spec.dataset.evalSplit: GRPOTrainer's eval_dataset, same columns
+    eval_dataset = data.prepare_dataset(data.load_dataset(eval_spec), eval_spec, chat=chat) if eval_spec else None
     # GRPOConfig runs TRL's batch check with the real world size (and initialises the process group).
     args = build_args(kwargs)
     plain_cpu_device(args)
-    return tokenizer, reward_funcs, train_dataset, args, revision, bool(trust)
+    return tokenizer, reward_funcs, (train_dataset, eval_dataset), args, revision, bool(trust)
 
 
 def _save_finished(cfg: TrainerConfig, args: Any, tokenizer: Any, checkpoint: str, trust: bool) -> None:

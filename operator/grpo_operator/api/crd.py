@@ -93,6 +93,10 @@ class _Converter:
                     out["x-kubernetes-preserve-unknown-fields"] = True
                 else:
                     out["additionalProperties"] = self.convert(extra)
+                    if out["additionalProperties"].get("type") == "string":
+                        # kube-openapi (1.20) reads an empty string in a map as null: a label or nodeSelector value
+                        # "" (valid) was refused at apply; the webhook still refuses a real null
+                        out["additionalProperties"]["nullable"] = True
             if "maxProperties" in schema:  # the models' bounds on maps (labels, env-like maps, resources)
                 out["maxProperties"] = schema["maxProperties"]
             return {**out, **desc}

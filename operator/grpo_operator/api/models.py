@@ -85,6 +85,14 @@ class DatasetSpec(_Model):
     split: Annotated[str, Field(min_length=1, max_length=256, pattern=REF_PATTERN)] = Field(
         default="train", description="Split to train on."
     )
+    evalSplit: Optional[Annotated[str, Field(min_length=1, max_length=256, pattern=REF_PATTERN)]] = Field(
+        default=None, description="Split to evaluate on (e.g. test): required when training.evalStrategy is not "
+        "'no'; the trainer passes it to GRPOTrainer as eval_dataset."
+    )
+    evalName: Optional[Annotated[str, Field(min_length=1, max_length=1024, pattern=REF_PATTERN)]] = Field(
+        default=None, description="The eval data when it is not in `name` (a Hub id or a path, e.g. a second jsonl "
+        "file), read at evalSplit; config applies to `name` only. Default: name."
+    )
     promptColumn: Annotated[str, Field(min_length=1, max_length=256)] = Field(
         default="prompt", description="Column holding the prompt text (or chat messages)."
     )
@@ -199,25 +207,7 @@ class TemplateMetadata(_Model):
         default_factory=dict, description="Extra pod labels.")
     annotations: Annotated[dict[str, Annotated[str, Field(max_length=MAX_STR)]], Field(max_length=MAX_MAP)] = Field(
         default_factory=dict, description="Extra pod annotations.")
-
-    @field_validator("labels")
-    @classmethod
-    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        for k, val in v.items():
-            if len(k) > 316 or not LABEL_KEY_RE.match(k) or len(k.rsplit("/", 1)[-1]) > 63:
-                raise ValueError(f"label key {k!r} is not a valid Kubernetes label key")
-            if not LABEL_VALUE_RE.match(val):
-                raise ValueError(f"label {k}={val!r}: value must be ≤63 characters of [A-Za-z0-9-_.], "
-                                 "starting and ending alphanumeric")
-        return v
-
-    @field_validator("annotations")
-    @classmethod
-    def _annotations(cls, v: dict[str, str]) -> dict[str, str]:
-        for k in v:
-            if len(k) > 316 or not LABEL_KEY_RE.match(k):
-                raise ValueError(f"annotation key {k!r} is not a valid Kubernetes annotation key")
-        return v
+    # Keys, values and the annotations' total size follow the API server's rules: rules/kube_rules.py checks them.
 
 
 K8sObject = dict[str, Any]

@@ -43,13 +43,19 @@ class Fix:
     knob: str  # short human name
     current: object
     proposed: object
+    also: tuple[Fix, ...] = ()  # further changes that make the whole spec valid together with this one
 
     def text(self) -> str:
         if self.proposed is None:
-            return f"remove {self.field.rsplit('.', 1)[-1]}"
-        if self.current is None:  # not in the spec (TRL's default applies): say what to add
-            return f"set {self.knob}: {self.proposed}"
-        return f"{self.knob} {self.current} → {self.proposed}"
+            own = f"remove {self.field.rsplit('.', 1)[-1]}"
+        elif self.current is None:  # not in the spec (TRL's default applies): say what to add
+            own = f"set {self.knob}: {self.proposed}"
+        else:
+            own = f"{self.knob} {self.current} → {self.proposed}"
+        return " and ".join([own] + [f.text() for f in self.also])
+
+    def changes(self) -> tuple[Fix, ...]:
+        return (replace(self, also=()),) + self.also
 
 
 @dataclass(frozen=True)
@@ -113,9 +119,26 @@ def divisors_at_least_2(n: int) -> tuple[int, ...]:
     return tuple(d for d in small + large[::-1] if d >= 2)
 
 
+# Upper bounds no real job reaches (a GPU holds a few hundred sequences at most): a bigger value is a typo, and it
+# would make the valid-value search slow.
+MAX_SIZE = 4096  # perDeviceTrainBatchSize, perDeviceEvalBatchSize, gradientAccumulationSteps, stepsPerGeneration
+MAX_GENERATIONS = 1024  # numGenerations, numGenerationsEval
+MAX_GENERATION_BATCH = 1 << 20  # generationBatchSize, and P × W × S
+
+
 def _sizes(inp: BatchInput) -> list[Issue]:
-    """Stricter than TRL: sizes it would happily multiply into nonsense (B = 4 × -1 …)."""
+    """Stricter than TRL: sizes it would happily multiply into nonsense (B = 4 × -1 …), or beyond any GPU."""
     out = []
+    bounds = [("perDeviceTrainBatchSize", inp.per_device, MAX_SIZE), ("gradientAccumulationSteps", inp.grad_accum,
+              MAX_SIZE), ("stepsPerGeneration", inp.steps_per_generation, MAX_SIZE),
+              ("generationBatchSize", inp.generation_batch_size, MAX_GENERATION_BATCH),
+              ("perDeviceEvalBatchSize", inp.per_device_eval, MAX_SIZE),
+              ("numGenerations", inp.num_generations, MAX_GENERATIONS),
+              ("numGenerationsEval", inp.num_generations_eval, MAX_GENERATIONS)]
+    for name, value, top in bounds:
+        if value is not None and value > top:
+            out.append(Issue("X4", TRAINING + name, f"{name} must be at most {top} (got {value}): no GPU trains or "
+                             "generates a batch that large.", (Fix(TRAINING + name, name, value, top),)))
     checks = [
         ("perDeviceTrainBatchSize", inp.per_device, True),
         ("gradientAccumulationSteps", inp.grad_accum, True),
@@ -132,25 +155,29 @@ def _sizes(inp: BatchInput) -> list[Issue]:
 
 
 def derive(inp: BatchInput) -> tuple[Optional[int], Optional[int], list[Issue]]:
-    """(B, S, issues) following TRL's order; B/S None when TRL would raise before computing them."""
+    """(B, S, issues) following TRL's order; S None when TRL would raise before computing it (E1, E2: B is then the
+    explicit generationBatchSize, still checked against numGenerations)."""
     W, P = inp.world_size, inp.per_device
     B, S = inp.generation_batch_size, inp.steps_per_generation
     issues: list[Issue] = []
     if B is None and S is None:
         S = inp.grad_accum
         B = P * W * S
-    elif B is not None and S is None:
-        if P * W == 0 or B % (P * W) != 0:
-            issues.append(Issue("E1", TRAINING + "generationBatchSize",
-                                f"generation_batch_size ({B}) must be divisible by the global batch size ({P * W})."))
-            return None, None, issues
-        S = B // (P * W)
     elif B is None and S is not None:
         B = P * W * S
     else:
-        issues.append(Issue("E2", TRAINING + "generationBatchSize",
-                            "'generation_batch_size' and 'steps_per_generation' can not be both configured at the same time"))
-        return None, None, issues
+        assert B is not None
+        if S is not None:
+            # TRL stops here; the explicit generationBatchSize is checked on (E1, E4) so that every error is reported
+            issues.append(Issue("E2", TRAINING + "generationBatchSize", "'generation_batch_size' and "
+                                "'steps_per_generation' can not be both configured at the same time"))
+            S = None
+        if P * W == 0 or B % (P * W) != 0:
+            issues.append(Issue("E1", TRAINING + "generationBatchSize",
+                                f"generation_batch_size ({B}) must be divisible by the global batch size ({P * W})."))
+        else:
+            S = B // (P * W)
+        return B, (None if issues else S), issues
     return B, S, issues
 
 
@@ -160,6 +187,10 @@ def evaluate(inp: BatchInput) -> tuple[list[Issue], Optional[int], Optional[int]
     if inp.nodes < 1 or inp.nproc < 1:
         issues.append(Issue("X2", "spec.nodes" if inp.nodes < 1 else inp.nproc_field,
                             "nodes and processes per node must be at least 1."))
+    if not issues and inp.per_device * inp.world_size * (inp.steps_per_generation or inp.grad_accum) > \
+            MAX_GENERATION_BATCH:
+        issues.append(Issue("X4", TRAINING + "perDeviceTrainBatchSize", "the generation batch (perDeviceTrainBatchSize "
+                            f"× world size × steps per generation) must be at most {MAX_GENERATION_BATCH}."))
     if issues:
         return issues, None, None
     W = inp.world_size
@@ -291,6 +322,8 @@ def _fixes(inp: BatchInput, issue: Issue, B: Optional[int], S: Optional[int]) ->
     if issue.code in ("E4", "E5", "E1") and G >= 1:
         if issue.code in ("E4", "E5") and B is not None:
             fixes += _num_generations_fix(inp, B, ok)
+        if issue.code == "E5" and not fixes:  # no batch holds 2 groups as it stands: 2, and the batch fixed after
+            fixes.append(Fix(TRAINING + "numGenerations", "numGenerations", G, 2))
         if inp.generation_batch_size is not None:
             step = _lcm(P * W, max(G, 1))
             add("generation_batch_size", TRAINING + "generationBatchSize", "generationBatchSize",
@@ -335,6 +368,58 @@ def _fixes(inp: BatchInput, issue: Issue, B: Optional[int], S: Optional[int]) ->
     return tuple(fixes)
 
 
+_TRAINING_ATTRS = {"perDeviceTrainBatchSize": "per_device", "gradientAccumulationSteps": "grad_accum",
+                   "numGenerations": "num_generations", "stepsPerGeneration": "steps_per_generation",
+                   "generationBatchSize": "generation_batch_size", "perDeviceEvalBatchSize": "per_device_eval",
+                   "numGenerationsEval": "num_generations_eval", "autoFindBatchSize": "auto_find_batch_size"}
+
+
+def _attr(inp: BatchInput, field_path: str) -> str:
+    if field_path == "spec.nodes":
+        return "nodes"
+    if field_path == inp.nproc_field:
+        return "nproc"
+    if field_path == "spec.vllm.tensorParallelSize":
+        return "tensor_parallel"
+    return _TRAINING_ATTRS[field_path.removeprefix(TRAINING)]
+
+
+def apply_fix(inp: BatchInput, fix: Fix) -> BatchInput:
+    """The input with every change of the fix made."""
+    for change in fix.changes():
+        inp = _with(inp, **{_attr(inp, change.field): change.proposed})  # type: ignore[arg-type]
+    return inp
+
+
+def _complete(inp: BatchInput, fix: Fix, depth: int) -> Optional[Fix]:
+    """The fix, with the further changes (fixes of the errors left, each on a knob not yet touched) that make the
+    whole spec valid: a printed fix, applied alone, always yields a valid spec. None when none is found."""
+    changed = apply_fix(inp, fix)
+    issues, B, S = evaluate(changed)
+    if not issues:
+        return fix
+    if depth == 0:
+        return None
+    touched = {c.field for c in fix.changes()}
+    for candidate in _fixes(changed, issues[0], B, S)[:3]:  # a narrow search: each level fixes one more error
+        if candidate.field in touched:
+            continue
+        done = _complete(changed, candidate, depth - 1)
+        if done is not None:
+            return replace(fix, also=fix.also + done.changes())
+    return None
+
+
+def _complete_all(inp: BatchInput, candidates: tuple[Fix, ...], errors: int, limit: int = 4) -> tuple[Fix, ...]:
+    out: list[Fix] = []
+    for candidate in candidates:
+        done = _complete(inp, candidate, min(errors, 5))
+        if done is not None and all(done.text() != f.text() for f in out):
+            out.append(done)
+    out.sort(key=lambda f: len(f.also))  # single changes first
+    return tuple(out[:limit])
+
+
 def check(inp: BatchInput) -> BatchResult:
     issues, B, S = evaluate(inp)
     result = BatchResult()
@@ -350,5 +435,6 @@ def check(inp: BatchInput) -> BatchResult:
         )
     for issue in issues:
         valid_values = result.breakdown.valid_num_generations if issue.code in ("E4", "E5") and result.breakdown else None
-        result.issues.append(replace(issue, fixes=_fixes(inp, issue, B, S), valid_values=valid_values))
+        fixes = _complete_all(inp, _fixes(inp, issue, B, S), len(issues))
+        result.issues.append(replace(issue, fixes=fixes, valid_values=valid_values))
     return result

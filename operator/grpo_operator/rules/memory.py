@@ -8,7 +8,9 @@ The rules (TRL 1.16, transformers 5, torch AdamW under DDP: every rank holds a f
   * LoRA (`spec.peft`): the base is frozen, so gradients and optimizer states exist for the adapter only (well under
     1 % of the weights at the usual ranks), and no reference copy: TRL disables the adapter to get reference log-probs;
   * `training.beta` > 0 without LoRA: TRL loads a reference model with the same dtype, a further copy;
-  * ZeRO-3 / FSDP shard weights, gradients and states across the world size; activations grow with
+  * ZeRO-3 / FSDP (`spec.parallelism`, or raw `training.deepspeed`/`fsdp`) shard weights, gradients, states and the
+    reference copy across the world size; `offload: optimizer` moves the AdamW states to CPU memory, `offload:
+    parameters` the parameters as well (with FSDP gradients too), so they leave the GPU figure; activations grow with
     perDeviceTrainBatchSize × (prompt + completion length) and are not counted; vLLM colocate reserves its share of
     each GPU (its own weight copy and KV cache) before training allocates.
 """
@@ -20,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from .. import api
+from ..api.parallelism import ParallelismSpec
 
 GIB = float(1 << 30)
 # "7B", "0.5B", "135M" as a whole token of the model id's last path segment ("Qwen2.5-7B-Instruct")
@@ -57,6 +60,7 @@ class MemoryEstimate:
     reference_copy: bool  # beta > 0 without LoRA
     sharded: bool  # ZeRO-3 / FSDP: divided by the world size
     world_size: int
+    offloaded: frozenset[str] = frozenset()  # parts held in CPU memory (spec.parallelism.offload)
 
     def copies(self) -> list[tuple[str, float]]:
         """(what, copies of the weights) per GPU before sharding."""
@@ -65,7 +69,7 @@ class MemoryEstimate:
             parts += [("gradients", 1.0), ("AdamW states", 2.0)]
         if self.reference_copy:
             parts.append(("reference model", 1.0))
-        return parts
+        return [(what, n) for what, n in parts if what not in self.offloaded]
 
     def total_gib(self, *, lora: Optional[bool] = None) -> Optional[float]:
         if self.parameters is None or self.bytes_per_weight is None:
@@ -87,6 +91,8 @@ class MemoryEstimate:
         unit = self.parameters * self.bytes_per_weight / GIB
         detail = " + ".join(f"{what} {n * unit:.1f} GiB" for what, n in self.copies())
         shard = f", ÷{self.world_size} sharded (ZeRO-3/FSDP)" if self.sharded else ""
+        if self.offloaded:
+            shard += f", {' and '.join(sorted(self.offloaded))} offloaded to CPU memory"
         return (f"memory per GPU ({size}; weights in {self.dtype}): {detail}{shard} "
                 f"≈ {self.total_gib():.1f} GiB + activations")
 
@@ -119,10 +125,23 @@ def estimate(job: api.GRPOJob, world_size: int) -> MemoryEstimate:
     training = api.training_kwargs(spec.training)  # TRL's snake_case names, as set
     nbytes, dtype = load_dtype(training.get("model_init_kwargs"))
     lora = spec.peft is not None
-    sharded = bool(training.get("deepspeed") or training.get("fsdp"))
+    par = spec.parallelism
+    sharded = bool(training.get("deepspeed") or training.get("fsdp")) or (par is not None and par.strategy != "ddp")
     return MemoryEstimate(parameters=parameters_from_id(spec.model), bytes_per_weight=nbytes, dtype=dtype, lora=lora,
                           reference_copy=float(training.get("beta") or 0.0) > 0 and not lora, sharded=sharded,
-                          world_size=max(world_size, 1))
+                          world_size=max(world_size, 1), offloaded=_offloaded(par))
+
+
+def _offloaded(par: Optional[ParallelismSpec]) -> frozenset[str]:
+    """What spec.parallelism.offload keeps in CPU memory: ZeRO-3's offload_optimizer (+ offload_param), FSDP's
+    CPUOffload (parameters, their gradients and the optimizer state together)."""
+    if par is None or par.strategy == "ddp" or par.offload == "none":
+        return frozenset()
+    if par.offload == "optimizer":
+        return frozenset({"AdamW states"})
+    if par.strategy == "fsdp":
+        return frozenset({"weights", "gradients", "AdamW states"})
+    return frozenset({"weights", "AdamW states"})
 
 
 def explain(job: api.GRPOJob, world_size: int) -> list[str]:

@@ -7,11 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional, Union
 
-# Extended resources whose name ends in /gpu (nvidia.com/gpu, amd.com/gpu, gpu.intel.com/… is not, on purpose:
-# Intel uses gpu.intel.com/i915 — add its names here when supported).
-GPU_RESOURCE_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/gpu$")
+from . import accelerators
+
+# Extended resources whose name ends in /gpu (nvidia.com/gpu, amd.com/gpu), and every other accelerator
+# rules/accelerators.py knows (MIG devices; the ones it refuses still set the process count of the message).
+GPU_RESOURCE_RE = accelerators.GPU_SUFFIX_RE
 WHOLE_NUMBER_RE = re.compile(r"^\+?[0-9]+$")
-MAX_GPUS_PER_NODE = 1024
+# The most GPUs a node of any real cluster has (8 is usual, 16 the largest boards): a bigger count is a typo.
+MAX_GPUS_PER_NODE = 16
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ def parse_gpu_count(value: Union[int, str, None]) -> Optional[int]:
 
 
 def is_gpu_resource(name: str) -> bool:
-    return bool(GPU_RESOURCE_RE.match(name))
+    return accelerators.is_accelerator(name)
 
 
 def resolve(
@@ -75,7 +78,8 @@ def resolve(
                     path, f"GPU count must be a whole number of GPUs (an integer like 4 or \"4\"), got {raw!r}."))
                 continue
             if n > MAX_GPUS_PER_NODE:
-                errors.append(TopologyError(path, f"{n} GPUs per node is more than any node has (max {MAX_GPUS_PER_NODE})."))
+                errors.append(TopologyError(path, f"{n} GPUs per node is more than any node has (at most "
+                                                  f"{MAX_GPUS_PER_NODE}); use more nodes instead."))
                 continue
             if name in counts and counts[name] != n:
                 errors.append(TopologyError(

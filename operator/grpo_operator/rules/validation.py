@@ -15,7 +15,7 @@ from grpo_trainer import contract
 from .. import api
 from ..api import gang as gang_names
 from ..api import trl_fields
-from . import batch, capabilities, parallelism, secrets, topology
+from . import batch, capabilities, parallelism, pod_rules, secrets, topology
 from .limits import NO_LIMITS, Limits, nodes_problem
 
 DNS1123_LABEL = re.compile(api.DNS1123_LABEL)
@@ -242,6 +242,9 @@ def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any])
     if spec.vllm.mode == "colocate" and spec.vllm.gpuMemoryUtilization > 0.7:
         out.append(f"spec.vllm.gpuMemoryUtilization {spec.vllm.gpuMemoryUtilization} leaves little memory for "
                    "training in colocate mode.")
+    if spec.dataset.evalSplit is not None and t.get("eval_strategy", trl_fields.default("eval_strategy")) == "no":
+        out.append("spec.dataset.evalSplit is set but training.evalStrategy is no: nothing is evaluated (set "
+                   "evalStrategy: steps and evalSteps).")
     max_steps, save_steps = t.get("max_steps"), t.get("save_steps", trl_fields.default("save_steps"))
     if (isinstance(max_steps, int) and max_steps > 0 and isinstance(save_steps, (int, float)) and save_steps >= 1
             and save_steps > max_steps):
@@ -260,6 +263,20 @@ def _image_problems(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str,
     errors += [FieldError(f, m) for f, m in parallelism.errors(spec, t)]
     warnings = [f"{p.field}: {p.message}" for p in found if not p.error]
     return errors, warnings + parallelism.warnings(spec, topo.nodes * topo.nproc_per_node)
+
+
+def _eval_errors(spec: api.GRPOJobSpec, t: dict[str, Any]) -> list[FieldError]:
+    """Evaluation needs eval data: transformers raises in the pod, after the model loaded, without an eval_dataset."""
+    strategy = t.get("eval_strategy", trl_fields.default("eval_strategy"))
+    ds = spec.dataset
+    if strategy != "no" and ds.evalSplit is None:
+        return [FieldError("spec.dataset.evalSplit", f"training.evalStrategy is {strategy!r}, which evaluates on an "
+                           "eval dataset, and none is set: add spec.dataset.evalSplit (e.g. test; spec.dataset.evalName "
+                           "for data outside spec.dataset.name), or set training.evalStrategy: \"no\"")]
+    if ds.evalName is not None and ds.evalSplit is None:
+        return [FieldError("spec.dataset.evalName", "evalName is read at spec.dataset.evalSplit: set evalSplit "
+                                                    "(e.g. test or train) or remove evalName")]
+    return []
 
 
 def _model_init_errors(t: dict[str, Any]) -> list[FieldError]:
@@ -373,15 +390,18 @@ def _validate_spec(name: str, spec_doc: Any, limits: Limits) -> ValidationResult
     res.errors += [FieldError(f, m) for f, m in secrets.literal_secret_errors(spec)]
     topo, terrs = topology.resolve(spec.nodes, spec.resources.limits, spec.resources.requests, spec.nprocPerNode)
     res.errors += [FieldError(e.field, e.message) for e in terrs]
+    said = {e.field for e in terrs}
+    res.errors += [FieldError(f, m) for f, m in pod_rules.errors(spec) if f not in said]  # what the API server checks
     if topo is None:
         return res
     res.topology = topo
+    res.errors += [FieldError(f, m) for f, m in pod_rules.accelerator_errors(spec, topo.world_size, topo.gpus_per_node)]
     over = nodes_problem(spec.nodes, limits)
     if over:
         res.errors.append(FieldError("spec.nodes", over))
     res.errors += _vllm_errors(spec, topo)
     t = api.training_kwargs(spec.training)
-    res.errors += _model_init_errors(t)
+    res.errors += _model_init_errors(t) + _eval_errors(spec, t)
     image_errors, image_warnings = _image_problems(spec, topo, t)
     res.errors += image_errors
     br = batch.check(batch_input(spec, topo, t))

@@ -75,9 +75,6 @@ VALID = {
     "defaults-only": job("defaults-only", nodes=None, training=None),
     "gen-batch-given": job("gen-batch-given", training={"generationBatchSize": 64, "gradientAccumulationSteps": None}),
     "steps-per-gen": job("steps-per-gen", training={"stepsPerGeneration": 4}),
-    # GPUs only in requests: CEL cannot see nproc (4); it must not assume 1 (4 % 4 == 0 with W = 4, not W = 1).
-    "gpu-in-requests": job("gpu-in-requests", nodes=1, resources={"requests": {"nvidia.com/gpu": 4}},
-                           training={"perDeviceTrainBatchSize": 1, "gradientAccumulationSteps": 1, "numGenerations": 4}),
     "cpu": job("cpu", nodes=1, resources={"limits": {"cpu": "4"}}, nprocPerNode=2, vllm={"mode": "none"},
                training={"perDeviceTrainBatchSize": 2, "gradientAccumulationSteps": 1, "numGenerations": 4}),
     "null-optional": job("null-optional", training={"numGenerations": None, "stepsPerGeneration": None}),
@@ -88,6 +85,16 @@ VALID = {
 def test_valid_objects_pass(server: Any, name: str) -> None:
     obj = VALID[name]
     assert validation.validate(obj).valid, validation.validate(obj).summary()
+    r = create(server, obj)
+    assert r.ok, (r.status, r.message)
+
+
+def test_gpus_in_requests_only_pass_cel_and_the_webhook_refuses_them(server: Any) -> None:
+    """GPUs only in requests: CEL cannot see nproc (4); it must not assume 1 (4 % 4 == 0 with W = 4, not W = 1). The
+    validator (the webhook) refuses the job: the API server would refuse its pods (a GPU needs a limit)."""
+    obj = job("gpu-in-requests", nodes=1, resources={"requests": {"nvidia.com/gpu": 4}},
+              training={"perDeviceTrainBatchSize": 1, "gradientAccumulationSteps": 1, "numGenerations": 4})
+    assert "Limit must be set for non overcommitable resources" in validation.validate(obj).summary()
     r = create(server, obj)
     assert r.ok, (r.status, r.message)
 

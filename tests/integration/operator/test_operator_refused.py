@@ -23,9 +23,10 @@ def test_refused_pod_create_becomes_a_failed_create_event(crd, kubectl, k8s_name
     op = OperatorProcess(crd.kubeconfig, tmp_path, "--namespace", ns)
     op.start(wait=False)
     try:
-        # a volume name the API server refuses (422 Invalid; volumes are free-form Kubernetes objects in the spec)
+        # what only the cluster knows: a PriorityClass that does not exist (the Priority admission plugin refuses the
+        # pods; admission cannot know it, while a volume name the API server refuses is now refused by admission)
         job = manifest("refused", nodes=2)
-        job["spec"]["template"] = {"volumes": [{"name": "Not_A_DNS_Label", "emptyDir": {}}]}
+        job["spec"]["template"] = {"priorityClassName": "no-such-class"}
         k.apply([job], "-n", ns)
 
         def failed_create() -> list:
@@ -39,7 +40,7 @@ def test_refused_pod_create_becomes_a_failed_create_event(crd, kubectl, k8s_name
             raise
         ev = events[0]
         assert ev["type"] == "Warning" and ev["involvedObject"]["kind"] == "GRPOJob"
-        assert "422" in ev["message"] and "Not_A_DNS_Label" in ev["message"] and "refused-node-" in ev["message"], \
+        assert "no-such-class" in ev["message"] and "refused-node-" in ev["message"], \
             json.dumps(ev)
         assert not pods_of(k, ns, "refused")
     finally:

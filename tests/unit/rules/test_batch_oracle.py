@@ -55,7 +55,8 @@ def _doc(row: dict) -> dict:
     return {
         "apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob", "metadata": {"name": "grid"},
         "spec": {
-            "model": "m", "dataset": {"name": "d"}, "rewards": [{"name": "accuracy"}],
+            "model": "m", "dataset": {"name": "d", **({"evalSplit": "test"} if row["ev"] else {})},
+            "rewards": [{"name": "accuracy"}],
             "nodes": nodes, "resources": {"limits": {"nvidia.com/gpu": nproc}},
             "vllm": {"mode": "none"},  # E6 (a GRPOTrainer check, not GRPOConfig's) is tested separately
             "training": {_camel(k): v for k, v in _trl_kwargs(row).items()},

@@ -125,7 +125,7 @@ def test_lists_custom_images_and_the_cpu_image_on_gpus() -> None:
     res = validation.validate(doc)
     assert [e.field for e in res.errors] == ["spec.training.reportTo"] and "mlflow" in res.errors[0].message
     doc["spec"]["training"]["reportTo"] = ["all"]  # every tracker the image installs: tensorboard, wandb, trackio
-    doc["spec"]["template"] = {"env": [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "w"}}}]}
+    doc["spec"]["template"] = {"env": [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "w", "key": "k"}}}]}
     doc["spec"]["image"] = "ghcr.io/grpo-operator/grpo-trainer:0.1.0-cpu"
     res = validation.validate(doc)
     assert res.valid and not any(w.startswith("spec.training.reportTo") for w in res.warnings), res.warnings

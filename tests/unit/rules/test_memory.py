@@ -97,3 +97,37 @@ def test_unknown_size_or_dtype_explains_in_copies_of_the_weights():
     auto = memory.MemoryEstimate(parameters=7e9, bytes_per_weight=None, dtype="auto", lora=True,
                                  reference_copy=False, sharded=False, world_size=1)
     assert auto.total_gib() is None and "weights ×1" in auto.lines("none", 0.3)[0]
+
+
+def test_spec_parallelism_shards_over_the_world_size():
+    """Finding (issue 26): the estimate read only training.deepspeed/fsdp, so examples/zero3-2x8.yaml printed ≈ 238 GiB
+    per GPU for a 32B model sharded over 16 GPUs."""
+    import pathlib
+
+    import yaml
+
+    doc = yaml.safe_load(pathlib.Path("examples/zero3-2x8.yaml").read_text())
+    res = validation.validate(doc)
+    assert res.valid and res.job is not None and res.topology is not None
+    est = memory.estimate(res.job, res.topology.world_size)
+    full = 4 * 32e9 * 2 / memory.GIB  # weights + gradients + two AdamW moments, bfloat16
+    assert est.sharded and est.total_gib() == pytest.approx(full / 16)
+    assert "÷16 sharded" in memory.explain(res.job, 16)[0]
+
+
+@pytest.mark.parametrize("strategy, offload, left", [
+    ("zero3", "optimizer", 2.0),   # weights + gradients stay, AdamW states on the CPU
+    ("zero3", "parameters", 1.0),  # gradients only
+    ("fsdp", "none", 4.0),
+    ("fsdp", "parameters", 0.0),   # FSDP's CPUOffload moves parameters, gradients and states
+    ("ddp", "none", 4.0),
+])
+def test_offload_leaves_the_gpu_figure(strategy, offload, left):
+    res, _ = _estimate(training={"modelInitKwargs": {"dtype": "bfloat16"}}, nodes=2, gpus=4)
+    assert res.job is not None
+    res.job.spec.parallelism = memory.ParallelismSpec(strategy=strategy, offload=offload)
+    est = memory.estimate(res.job, 8)
+    unit = 7e9 * 2 / memory.GIB
+    assert est.total_gib() == pytest.approx(left * unit / (1 if strategy == "ddp" else 8))
+    if offload != "none":
+        assert "offloaded to CPU memory" in memory.explain(res.job, 8)[0]

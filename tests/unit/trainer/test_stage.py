@@ -139,3 +139,18 @@ def test_progress_endpoint_answers_the_last_record():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_plan_stages_the_eval_split_too():
+    """spec.dataset.evalSplit (and evalName) are read offline by the trainer: the download pod stages them."""
+    from grpo_trainer import stage as stage_mod
+
+    doc = {"model": "/models/m", "rewards": [], "dataset": {"name": "openai/gsm8k", "config": "main", "split": "train",
+                                                           "evalSplit": "test"}}
+    got = [(i.repo_id, i.config, i.split) for i in stage_mod.plan(doc) if i.kind == "dataset"]
+    assert got == [("openai/gsm8k", "main", "train"), ("openai/gsm8k", "main", "test")]
+    doc["dataset"]["evalName"] = "org/held-out"
+    got = [(i.repo_id, i.config, i.split) for i in stage_mod.plan(doc) if i.kind == "dataset"]
+    assert got[1] == ("org/held-out", None, "test")
+    doc["dataset"]["evalName"] = "/data/held-out.jsonl"
+    assert len([i for i in stage_mod.plan(doc) if i.kind == "dataset"]) == 1
