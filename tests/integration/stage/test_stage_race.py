@@ -6,11 +6,8 @@ recorded, as the operator gives them to the pods (contract.STAGED_REVISIONS_ENV)
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,28 +15,9 @@ import pytest
 
 from grpo_trainer import contract
 from tests.support.hub import HubEmulator
-from tests.support.trainer import REPO, TINY_DATA, TINY_MODEL
+from tests.support.stage_runs import ROWS, StageRun, env_for, model_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-ROWS = TINY_DATA.read_bytes().splitlines(keepends=True)
-
-
-def model_files(mark: str) -> dict[str, bytes]:
-    """The tiny model, its config tagged with `mark` (what a probe reads back to tell the commits apart)."""
-    files = {p.name: p.read_bytes() for p in TINY_MODEL.iterdir()}
-    files["config.json"] = json.dumps({**json.loads(files["config.json"]), "grpo_test_mark": mark}).encode()
-    return files
-
-
-def env_for(hub: HubEmulator, home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE") and k != "HF_TOKEN"}
-    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(home), PYTHONPATH=f"{REPO / 'trainer_image'}",
-               GRPO_STAGE_BACKOFF_SECONDS="0.05", HF_HUB_ETAG_TIMEOUT="5", HF_HUB_DOWNLOAD_TIMEOUT="60",
-               OMP_NUM_THREADS="1")
-    env.update(extra)
-    return env
-
-
 def job_config(folder: Path, revision: str) -> Path:
     """A job's trainer config (docs/trainer-config.md) whose policy and reward model come from org/moving."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -52,47 +30,6 @@ def job_config(folder: Path, revision: str) -> Path:
     path = folder / "config.json"
     path.write_text(json.dumps(doc))
     return path
-
-
-class StageRun:
-    """One download pod: the stage process, its GRPO_STAGE records as they come (a reader thread)."""
-
-    def __init__(self, config: Path, env: dict[str, str], termination: Path) -> None:
-        self.records: list[dict[str, Any]] = []
-        self._changed = threading.Condition()
-        self.stderr = config.parent / "stderr"
-        with self.stderr.open("w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", contract.STAGE_MODULE, "--config", str(config)],
-                                         stdout=subprocess.PIPE, stderr=err, text=True,
-                                         env={**env, "GRPO_TERMINATION_LOG": str(termination)})
-        self.termination = termination
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith(contract.STAGE_PREFIX):
-                with self._changed:
-                    self.records.append(json.loads(line[len(contract.STAGE_PREFIX):]))
-                    self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
-
-    def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 120) -> dict[str, Any]:
-        """The first record that satisfies `pred`, as soon as the process prints it."""
-        with self._changed:
-            found = self._changed.wait_for(
-                lambda: next((r for r in self.records if pred(r)), None) or not self._reader.is_alive(), timeout)
-            record = next((r for r in self.records if pred(r)), None)
-        assert record is not None, f"no such record (got {self.records}; exit {self.proc.poll()}): {found}"
-        return record
-
-    def finish(self) -> dict[str, Any]:
-        self.proc.wait(timeout=300)
-        self._reader.join(30)  # the reader alone reads stdout: every record is in self.records
-        assert self.proc.returncode == 0, self.stderr.read_text()[-3000:]
-        return self.wait_for(lambda r: r.get("event") == "done", timeout=5)
 
 
 def load_as_the_trainer(hub: HubEmulator, home: Path, config: Path, revisions: list[dict[str, Any]]) -> dict:
