@@ -16,9 +16,11 @@ job staging the same repo may move before its own download is complete) and mark
 so a second run exits 0 at once, with no request to the Hub. The done record lists the commit of every item
 (`revisions`): the operator records them in the job's status and the trainers and vLLM load exactly those
 (contract.STAGED_REVISIONS_ENV). Several download pods may stage into one cache at once: markers are written under
-unique temporary names and renamed into place, and anything unexpected while staging is retried, never permanent. Progress: `GRPO_STAGE {json}` lines on stdout (contract.STAGE_PREFIX) with
-bytes and files done/total; with --progress-port, `GET /progress` on that port answers the last of them (the
-operator scrapes it into the job's Staged condition while the pod downloads, as it scrapes the trainers' /metrics).
+unique temporary names and renamed into place, and anything unexpected while staging is retried, never permanent.
+
+Progress: `GRPO_STAGE {json}` lines on stdout (contract.STAGE_PREFIX) with bytes and files done/total; with
+--progress-port, `GET /progress` on that port answers the last of them (the operator scrapes it into the job's
+Staged condition while the pod downloads, as it scrapes the trainers' /metrics).
 Exit codes (contract.py): 0 staged; 18 the Hub refused access (401 gated, 403); 19 no such repo/revision/file (404);
 202 the Hub failed (5xx, timeout, cut connection) after retries with backoff.
 """
