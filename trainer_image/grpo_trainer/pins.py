@@ -54,3 +54,20 @@ def commit_cache_dir(commit: str) -> str:
     import datasets
 
     return os.path.join(str(datasets.config.HF_DATASETS_CACHE), DATASET_COMMITS_DIR, commit)
+
+
+def pin_trl_config(model: str, commit: str) -> None:
+    """TRL 1.16's create_model_from_path reads the policy's config for its architecture without the revision
+    (`AutoConfig.from_pretrained(model_id)`: refs/main, which a cache staged by commit does not have, or another
+    commit): make that read, for `model`, use the staged commit. Only TRL's own module name is replaced."""
+    from transformers import AutoConfig
+    from trl.trainer import utils as trl_utils
+
+    class _PinnedAutoConfig:
+        @staticmethod
+        def from_pretrained(model_id: Any, *args: Any, **kwargs: Any) -> Any:
+            if model_id == model:
+                kwargs.setdefault("revision", commit)
+            return AutoConfig.from_pretrained(model_id, *args, **kwargs)
+
+    trl_utils.AutoConfig = _PinnedAutoConfig  # type: ignore[misc,assignment]

@@ -206,6 +206,7 @@ def _prepare(cfg: TrainerConfig, cuda: bool) -> tuple[Any, Any, Any, Any, Any, b
     staged = pins.from_env()  # spec.cache: the commits this job's staging recorded, for every load below and TRL's
     if ("model", cfg.model) in staged:
         init_kwargs["revision"] = pins.model_revision(staged, cfg.model)
+        pins.pin_trl_config(cfg.model, init_kwargs["revision"])
     revision, trust = init_kwargs.get("revision"), init_kwargs["trust_remote_code"]
     data.check_model_config(cfg.model, revision=revision, trust_remote_code=trust)
     reward_funcs = rewards.build(cfg.rewards, max_completion_length=max_len,
