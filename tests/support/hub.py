@@ -13,7 +13,9 @@
 Faults, injected per request path: `hub.fail(substring, status, times)` answers an HTTP error (401 gated, 404, 500…),
 `hub.cut(substring, after_bytes, times)` sends the headers of a whole file, then `after_bytes` of its body, and
 closes the connection (a mid-file network failure). `hub.throttle(substring, bytes_per_second)` serves matching
-file bodies slowly (a download that takes a while). `hub.require_token(repo, token)` makes a repo gated: requests
+file bodies slowly (a download that takes a while). `hold = hub.hold(substring)` keeps matching file downloads
+waiting until `hold.release()` (`hold.arrived` is set by the first: a download caught in the middle, as long as the
+test needs). `hub.require_token(repo, token)` makes a repo gated: requests
 without `Authorization: Bearer <token>` get 401 GatedRepo.
 
 What it answers (huggingface_hub 1.33, datasets 5.2): model/dataset info and revision info, the tree API (recursive,
@@ -56,6 +58,17 @@ class Fault:
 
 
 @dataclass
+class Hold:
+    substring: str
+    arrived: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+    timeout: float = 120.0  # a test that never releases fails its download instead of hanging
+
+    def release(self) -> None:
+        self.released.set()
+
+
+@dataclass
 class Commit:
     sha: str
     files: dict[str, bytes]
@@ -87,6 +100,7 @@ class HubEmulator:
         self.log: list[Request] = []
         self.faults: list[Fault] = []
         self.throttles: list[tuple[str, int]] = []  # (path substring, bytes per second)
+        self.holds: list[Hold] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -122,6 +136,11 @@ class HubEmulator:
 
     def throttle(self, substring: str, bytes_per_second: int) -> None:
         self.throttles.append((substring, bytes_per_second))
+
+    def hold(self, substring: str) -> Hold:
+        hold = Hold(substring)
+        self.holds.append(hold)
+        return hold
 
     # ------------------------------------------------------------------------------------------ log
     def requests(self, method: str | None = None, path_contains: str = "") -> list[Request]:
@@ -324,4 +343,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._record(-1, min(fault.after_bytes, len(chunk)))
             return
         rate = next((r for sub, r in self.hub.throttles if sub in self.path), 0)
+        for hold in (h for h in self.hub.holds if body and h.substring in self.path and not h.released.is_set()):
+            hold.arrived.set()
+            hold.released.wait(hold.timeout)
         self._answer(status, headers, chunk, body, rate)

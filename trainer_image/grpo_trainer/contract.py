@@ -55,6 +55,13 @@ STAGE_PREFIX = "GRPO_STAGE "  # a staging progress/result record (JSON) on stdou
 STAGE_MODULE = "grpo_trainer.stage"  # `python -m grpo_trainer.stage --config FILE`: the initializer's command
 # the download pod's live progress: GET on its `metrics` port answers its last STAGE_PREFIX line (text/plain)
 STAGE_PROGRESS_PATH = "/progress"
+# spec.cache: the commit staging resolved for each Hub repo, given to the trainer and vLLM pods as JSON
+# ([{"kind": "model"|"dataset", "repo": id, "commit": sha}]): they load exactly that commit, never a moving ref such as
+# refs/main that another job's staging may rewrite (grpo_trainer/pins.py)
+STAGED_REVISIONS_ENV = "GRPO_STAGED_REVISIONS"
+# a staged dataset's prepared (Arrow) files: one datasets cache per commit under the datasets cache, so that an offline
+# load_dataset, which takes the newest prepared copy it finds, can only find the pinned commit's
+DATASET_COMMITS_DIR = "grpo-commits"
 TERMINATION_LOG_ENV = "GRPO_TERMINATION_LOG"  # overrides TERMINATION_LOG (tests, local runs)
 
 # ---------------------------------------------------------------------------------------------- exit codes

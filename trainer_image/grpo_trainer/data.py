@@ -17,8 +17,9 @@ def _is_transient(exc: BaseException) -> bool:
                             "503", "502", "504", "429"))
 
 
-def load_dataset(spec: DatasetSpec):
-    """The split as a `datasets.Dataset`: a json/jsonl/parquet/csv file, a directory, or a Hub id."""
+def load_dataset(spec: DatasetSpec, cache_dir: str | None = None):
+    """The split as a `datasets.Dataset`: a json/jsonl/parquet/csv file, a directory, or a Hub id (from `cache_dir`
+    when given: the staged commit's own datasets cache, pins.py)."""
     import datasets
 
     name = spec.name
@@ -36,7 +37,7 @@ def load_dataset(spec: DatasetSpec):
             return ds[spec.split] if isinstance(ds, datasets.DatasetDict) else ds
         if name.startswith(("/", "./", "../")) and not os.path.exists(name):
             raise TrainerError(DATASET, f"dataset path {name} does not exist (mount it into the pod, or use a Hub id)")
-        return datasets.load_dataset(name, spec.config, split=spec.split)
+        return datasets.load_dataset(name, spec.config, split=spec.split, cache_dir=cache_dir)
     except TrainerError:
         raise
     except Exception as e:

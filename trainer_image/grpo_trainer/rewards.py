@@ -132,33 +132,45 @@ def import_function(path: str) -> Callable:
 _REWARD_INIT_KEYS = ("dtype", "attn_implementation", "trust_remote_code")
 
 
-def load_reward_model(path: str, init_kwargs: dict[str, Any] | None = None):
+def load_reward_model(path: str, init_kwargs: dict[str, Any] | None = None, revision: str | None = None):
     """A reward model as TRL loads a string in reward_funcs: AutoModelForSequenceClassification, one label; TRL
-    names its metric after the last part of the id (rewards/<basename>/mean) and loads its tokenizer."""
-    from transformers import AutoModelForSequenceClassification
+    names its metric after the last part of the id (rewards/<basename>/mean) and loads its tokenizer. `revision`:
+    the commit staged for it (spec.cache, pins.py); its tokenizer is then loaded here at that commit too
+    (processing_classes), since TRL would load it at `main`."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from . import data
 
     kw = {k: v for k, v in (init_kwargs or {}).items() if k in _REWARD_INIT_KEYS}
     trust = bool(kw.get("trust_remote_code", False))
     try:  # the config first: a missing model or untrusted code fails before any weights load
-        data.check_model_config(path, trust_remote_code=trust, what="reward model")
+        data.check_model_config(path, revision=revision, trust_remote_code=trust, what="reward model")
         try:
-            return AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, **kw)
+            model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, revision=revision, **kw)
+            if revision is not None:
+                model._grpo_tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust)
+            return model
         except Exception as e:
             raise data._model_error(path, "reward model", e) from None
     except TrainerError as err:  # a reward that cannot be loaded is a reward error (12); 17 and 202 keep theirs
         raise TrainerError(REWARD if err.code == data.MODEL else err.code, err.message) from None
 
 
+def processing_classes(funcs: list[Any]) -> list[Any] | None:
+    """GRPOTrainer's reward_processing_classes: the tokenizer loaded with each pinned reward model, None for the rest
+    (TRL loads those itself); None when there is none."""
+    found = [getattr(f, "_grpo_tokenizer", None) for f in funcs]
+    return found if any(t is not None for t in found) else None
+
+
 def build(specs, *, max_completion_length: int, answer_column: str | None,
-          init_kwargs: dict[str, Any] | None = None) -> list[Any]:
+          init_kwargs: dict[str, Any] | None = None, pins: dict[tuple[str, str], str] | None = None) -> list[Any]:
     """The reward callables (and reward models) for TRL, in the order of the specs (their weights go to
     GRPOConfig.reward_weights)."""
     funcs: list[Any] = []
     for spec in specs:
         if getattr(spec, "model", None) is not None:
-            funcs.append(load_reward_model(spec.model, init_kwargs))
+            funcs.append(load_reward_model(spec.model, init_kwargs, (pins or {}).get(("model", spec.model))))
         elif spec.function is not None:
             funcs.append(import_function(spec.function))
         elif spec.name == "accuracy":

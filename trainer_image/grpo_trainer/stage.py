@@ -10,10 +10,17 @@ It reads the trainer's own config JSON and stages:
   only the datasets (Arrow) cache, never the Hub snapshot, so the trainer's own call must find it there.
 Model/dataset references that are paths (they exist, or start with / ./ ../ ~) are skipped: nothing to download.
 
-A marker per staged item ($HF_HOME/grpo-stage/<key>.json, naming the commit and files) makes a second run exit 0
-at once, with no request to the Hub. Progress: `GRPO_STAGE {json}` lines on stdout (contract.STAGE_PREFIX) with
-bytes and files done/total; with --progress-port, `GET /progress` on that port answers the last of them (the
-operator scrapes it into the job's Staged condition while the pod downloads, as it scrapes the trainers' /metrics).
+Each revision is resolved to a commit once, that commit is downloaded (never through refs/<revision>, which another
+job staging the same repo may move before its own download is complete) and marked: a marker per staged commit
+($HF_HOME/grpo-stage/<key>.json, naming the files) and one per requested revision naming the commit it was staged at,
+so a second run exits 0 at once, with no request to the Hub. The done record lists the commit of every item
+(`revisions`): the operator records them in the job's status and the trainers and vLLM load exactly those
+(contract.STAGED_REVISIONS_ENV). Several download pods may stage into one cache at once: markers are written under
+unique temporary names and renamed into place, and anything unexpected while staging is retried, never permanent.
+
+Progress: `GRPO_STAGE {json}` lines on stdout (contract.STAGE_PREFIX) with bytes and files done/total; with
+--progress-port, `GET /progress` on that port answers the last of them (the operator scrapes it into the job's
+Staged condition while the pod downloads, as it scrapes the trainers' /metrics).
 Exit codes (contract.py): 0 staged; 18 the Hub refused access (401 gated, 403); 19 no such repo/revision/file (404);
 202 the Hub failed (5xx, timeout, cut connection) after retries with backoff.
 """
@@ -21,6 +28,7 @@ Exit codes (contract.py): 0 staged; 18 the Hub refused access (401 gated, 403); 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import functools
 import hashlib
@@ -28,14 +36,16 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from . import pins
 from .contract import STAGE_PREFIX, STAGE_PROGRESS_PATH
 from .exitcodes import CONFIG, HUB_DENIED, HUB_NOT_FOUND, TRANSIENT_IO, TrainerError, write_termination_message
 
@@ -206,32 +216,69 @@ def _marker(hf_home: Path, item: Item) -> Path:
     return hf_home / MARKER_DIR / f"{item.key}.json"
 
 
-def already_staged(hf_home: Path, item: Item) -> bool:
-    """The marker exists and every path it lists still exists (a pruned cache stages again)."""
+def _read_marker(hf_home: Path, item: Item) -> dict[str, Any]:
     try:
         doc = json.loads(_marker(hf_home, item).read_text())
     except (OSError, ValueError):
-        return False
-    paths = doc.get("paths") if isinstance(doc, dict) else None
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def already_staged(hf_home: Path, item: Item) -> bool:
+    """The marker exists and every path it lists still exists (a pruned cache stages again)."""
+    paths = _read_marker(hf_home, item).get("paths")
     return isinstance(paths, list) and bool(paths) and all(os.path.exists(p) for p in paths)
 
 
+def at_commit(item: Item, commit: str) -> Item:
+    return replace(item, revision=commit)
+
+
+def known_commit(hf_home: Path, item: Item) -> str | None:
+    """The commit `item`'s revision was staged at, without asking the Hub: a commit is its own; a branch or tag, the
+    one its marker names (a moving `main` is staged once: later jobs reuse that commit)."""
+    if pins.is_commit(item.revision):
+        return item.revision
+    commit = _read_marker(hf_home, item).get("commit")
+    return commit if pins.is_commit(commit) else None
+
+
 def _write_marker(hf_home: Path, item: Item, doc: dict[str, Any]) -> None:
+    """Atomically: a unique temporary file in the same folder, renamed over the marker. (Download pods run python as
+    PID 1, so a name made of the PID is the same in every pod: two of them would rename each other's file.)"""
     path = _marker(hf_home, item)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"item": item.label, **doc}, sort_keys=True))
-    os.replace(tmp, path)  # atomic: a concurrent reader sees the old marker or the new one
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"item": item.label, **doc}, sort_keys=True))
+        os.replace(tmp, path)  # a concurrent reader sees the old marker or the new one
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # --------------------------------------------------------------------------------------------------- staging
-def stage_model(item: Item, hf_home: Path) -> dict[str, Any]:
+def resolve(item: Item) -> str:
+    """The commit `item.revision` names now (one request to the Hub; a commit is its own)."""
+    if pins.is_commit(item.revision):
+        return item.revision
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    info = api.model_info(item.repo_id, revision=item.revision) if item.kind == "model" \
+        else api.dataset_info(item.repo_id, revision=item.revision)
+    if not pins.is_commit(info.sha):
+        raise RuntimeError(f"the Hub named no commit for {item.label} (got {info.sha!r})")
+    return str(info.sha)
+
+
+def stage_model(item: Item, hf_home: Path, sha: str) -> dict[str, Any]:
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.hf_api import RepoFile
 
     api = HfApi()
-    info = api.model_info(item.repo_id, revision=item.revision)
-    sha = info.sha or item.revision
     tree = {f.path: int(f.size or 0) for f in api.list_repo_tree(item.repo_id, revision=sha, recursive=True)
             if isinstance(f, RepoFile)}
     patterns = model_patterns(list(tree), item.trust_remote_code)
@@ -240,27 +287,43 @@ def stage_model(item: Item, hf_home: Path) -> dict[str, Any]:
     emit({"event": "start", "item": item.label, "commit": sha, "bytes": 0, "totalBytes": sum(files.values()),
           "files": 0, "totalFiles": len(files)})
     with _Meter(item, folder, files, sha) as meter:
-        # the revision string the pods use, so refs/<revision> exists for their offline lookup (not only the sha)
-        path = snapshot_download(item.repo_id, revision=item.revision, allow_patterns=sorted(files))
+        # by commit: snapshots/<sha> only, no refs/<revision> written (the pods load the commit itself)
+        path = snapshot_download(item.repo_id, revision=sha, allow_patterns=sorted(files))
         rec = meter.record(len(files))
     return {"commit": sha, "paths": [path], "files": sorted(files), **rec}
 
 
-def stage_dataset(item: Item, hf_home: Path) -> dict[str, Any]:
+def stage_dataset(item: Item, hf_home: Path, sha: str) -> dict[str, Any]:
     import datasets
     from huggingface_hub import HfApi
     from huggingface_hub.hf_api import RepoFile
 
-    info = HfApi().dataset_info(item.repo_id, revision=item.revision)
     files = {f.path: int(f.size or 0) for f in HfApi().list_repo_tree(
-        item.repo_id, repo_type="dataset", revision=info.sha or item.revision, recursive=True) if isinstance(f, RepoFile)}
-    emit({"event": "start", "item": item.label, "commit": info.sha, "bytes": 0, "totalBytes": sum(files.values()),
+        item.repo_id, repo_type="dataset", revision=sha, recursive=True) if isinstance(f, RepoFile)}
+    emit({"event": "start", "item": item.label, "commit": sha, "bytes": 0, "totalBytes": sum(files.values()),
           "files": 0, "totalFiles": len(files)})
-    with _Meter(item, hf_home / "hub" / f"datasets--{item.repo_id.replace('/', '--')}", files, info.sha):
-        ds = datasets.load_dataset(item.repo_id, item.config, split=item.split)  # the trainer's very call (data.py)
-    paths = sorted({os.path.dirname(f["filename"]) for f in ds.cache_files}) or [str(hf_home / "datasets")]
-    return {"commit": info.sha, "paths": paths, "rows": len(ds), "bytes": sum(files.values()),
+    with _Meter(item, hf_home / "hub" / f"datasets--{item.repo_id.replace('/', '--')}", files, sha):
+        # the trainer's very call (data.py), at the commit, into that commit's own datasets cache (pins.py)
+        ds = datasets.load_dataset(item.repo_id, item.config, split=item.split, revision=sha,
+                                   cache_dir=pins.commit_cache_dir(sha))
+    paths = sorted({os.path.dirname(f["filename"]) for f in ds.cache_files}) or [pins.commit_cache_dir(sha)]
+    return {"commit": sha, "paths": paths, "rows": len(ds), "bytes": sum(files.values()),
             "totalBytes": sum(files.values()), "files": len(files), "totalFiles": len(files)}
+
+
+def stage_one(item: Item, hf_home: Path) -> dict[str, Any]:
+    """Resolve, download by commit (unless another job already staged that commit), mark; the record (with
+    `cached: True` when nothing was downloaded)."""
+    sha = resolve(item)
+    pinned = at_commit(item, sha)
+    if already_staged(hf_home, pinned):
+        rec: dict[str, Any] = {"commit": sha, "cached": True, **_read_marker(hf_home, pinned)}
+    else:
+        rec = (stage_model if item.kind == "model" else stage_dataset)(item, hf_home, sha)
+        _write_marker(hf_home, pinned, rec)
+    if pinned != item:  # the revision → its commit, for the next job that asks for it
+        _write_marker(hf_home, item, {"commit": sha, "paths": rec.get("paths") or []})
+    return rec
 
 
 # --------------------------------------------------------------------------------------------------- errors
@@ -329,23 +392,44 @@ def with_retries(fn: Callable[[], dict[str, Any]], item: Item, *, attempts: int,
 
 
 def stage_all(items: list[Item], hf_home: Path, *, attempts: int = 5, backoff: float = 2.0) -> dict[str, Any]:
-    """Stage every item not already there; the summary record (what GRPO_STAGE {"event": "done"} prints)."""
+    """Stage every item not already there; the summary record (what GRPO_STAGE {"event": "done"} prints), with the
+    commit of every item in `revisions` (what the job's pods load)."""
     started = time.monotonic()
-    staged, cached, total_bytes = [], [], 0
+    staged, cached, revisions, total_bytes = [], [], [], 0
     for item in items:
-        if already_staged(hf_home, item):
+        commit = known_commit(hf_home, item)
+        if commit is not None and already_staged(hf_home, at_commit(item, commit)):
+            rec: dict[str, Any] = {"commit": commit, "cached": True}
+        else:
+            rec = with_retries(functools.partial(stage_one, item, hf_home), item, attempts=attempts,
+                               backoff=backoff)
+        revisions.append({"kind": item.kind, "repo": item.repo_id, "revision": item.revision,
+                          "commit": rec["commit"]})
+        if rec.get("cached"):
             cached.append(item.label)
-            emit({"event": "cached", "item": item.label})
+            emit({"event": "cached", "item": item.label, "commit": rec["commit"]})
             continue
-        fn = stage_model if item.kind == "model" else stage_dataset
-        rec = with_retries(functools.partial(fn, item, hf_home), item, attempts=attempts, backoff=backoff)
-        _write_marker(hf_home, item, rec)
         total_bytes += int(rec.get("bytes") or 0)
         staged.append(item.label)
         emit({"event": "staged", "item": item.label, "commit": rec.get("commit"), "bytes": rec.get("bytes"),
               "totalBytes": rec.get("totalBytes"), "files": rec.get("files"), "totalFiles": rec.get("totalFiles")})
-    return {"event": "done", "staged": staged, "cached": cached, "bytes": total_bytes,
+    return {"event": "done", "staged": staged, "cached": cached, "revisions": revisions, "bytes": total_bytes,
             "seconds": round(time.monotonic() - started, 3)}
+
+
+# the kubelet keeps the first 4096 bytes of a termination message: the operator reads the commits from it
+TERMINATION_BYTES = 4096
+
+
+def termination_line(summary: dict[str, Any]) -> str:
+    """The done record for the termination message, within the kubelet's limit: the lists of labels give way to
+    their counts before the commits do."""
+    line = STAGE_PREFIX + json.dumps(summary, sort_keys=True)
+    if len(line.encode()) < TERMINATION_BYTES:
+        return line
+    short = {**summary, "staged": [f"{len(summary['staged'])} items"] if summary["staged"] else [],
+             "cached": [f"{len(summary['cached'])} items"] if summary["cached"] else []}
+    return STAGE_PREFIX + json.dumps(short, sort_keys=True)
 
 
 # --------------------------------------------------------------------------------------------------- main
@@ -381,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         write_termination_message(line)
         return e.code
     emit(summary)
-    write_termination_message(STAGE_PREFIX + json.dumps(summary, sort_keys=True))
+    write_termination_message(termination_line(summary))
     return 0
 
 

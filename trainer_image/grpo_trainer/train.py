@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any
 
-from . import data, lean_imports, resume, rewards
+from . import data, lean_imports, pins, resume, rewards
 from .config import TrainerConfig, grpo_kwargs
 from .exitcodes import (
     BATCH,
@@ -167,6 +167,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     try:
         trainer = GRPOTrainer(model=cfg.model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
                               eval_dataset=eval_dataset, processing_class=tokenizer, callbacks=callbacks,
+                              reward_processing_classes=rewards.processing_classes(reward_funcs),
                               peft_config=cfg.peft.lora_config() if cfg.peft is not None else None)
     except (ValueError, ZeroDivisionError) as e:
         if is_trl_batch_error(e):
@@ -205,15 +206,22 @@ def _prepare(cfg: TrainerConfig, cuda: bool) -> tuple[Any, Any, Any, Any, Any, b
 
     max_len = int(kwargs.get("max_completion_length") or GRPOConfig.max_completion_length or 512)
     init_kwargs = kwargs["model_init_kwargs"]
+    staged = pins.from_env()  # spec.cache: the commits this job's staging recorded, for every load below and TRL's
+    if ("model", cfg.model) in staged:
+        init_kwargs["revision"] = pins.model_revision(staged, cfg.model)
+        pins.pin_trl_config(cfg.model, init_kwargs["revision"])
     revision, trust = init_kwargs.get("revision"), init_kwargs["trust_remote_code"]
     data.check_model_config(cfg.model, revision=revision, trust_remote_code=trust)
     reward_funcs = rewards.build(cfg.rewards, max_completion_length=max_len,
-                                 answer_column=cfg.dataset.answer_column, init_kwargs=init_kwargs)
+                                 answer_column=cfg.dataset.answer_column, init_kwargs=init_kwargs, pins=staged)
     tokenizer = data.load_tokenizer(cfg.model, revision=revision, trust_remote_code=trust)
     chat = data.has_chat_template(tokenizer)
-    train_dataset = data.prepare_dataset(data.load_dataset(cfg.dataset), cfg.dataset, chat=chat)
+    raw = data.load_dataset(cfg.dataset, cache_dir=pins.dataset_cache_dir(staged, cfg.dataset.name))
+    train_dataset = data.prepare_dataset(raw, cfg.dataset, chat=chat)
     eval_spec = cfg.dataset.eval_spec()  # spec.dataset.evalSplit: GRPOTrainer's eval_dataset, same columns
-    eval_dataset = data.prepare_dataset(data.load_dataset(eval_spec), eval_spec, chat=chat) if eval_spec else None
+    eval_dataset = data.prepare_dataset(
+        data.load_dataset(eval_spec, cache_dir=pins.dataset_cache_dir(staged, eval_spec.name)), eval_spec,
+        chat=chat) if eval_spec else None
     # GRPOConfig runs TRL's batch check with the real world size (and initialises the process group).
     args = build_args(kwargs)
     plain_cpu_device(args)

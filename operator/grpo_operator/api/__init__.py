@@ -51,6 +51,7 @@ from .status_models import (
     ConditionStatus,
     GRPOJobStatus,
     ProgressStatus,
+    StagedRevision,
     parse_lenient,
     parse_status,
 )
@@ -66,4 +67,5 @@ __all__ = [
     "PodTemplate", "ProgressStatus", "Quantity", "ResourceRequirements", "RewardSpec", "RunPolicy", "SchedulingSpec",
     "SecretKeyRef", "TemplateMetadata", "TrainingSpec", "VllmServerSpec", "VllmSpec", "training_kwargs", "CacheSpec",
     "MODULE_NAME", "PeftSpec", "ConditionStatus", "parse_lenient", "parse_status", "ParallelismSpec",
+    "StagedRevision",
 ]

@@ -49,6 +49,14 @@ class ProgressStatus(BaseModel):
     display: Optional[str] = Field(default=None, description="step/maxSteps, for the STEP column.")
 
 
+class StagedRevision(BaseModel):
+    kind: Literal["model", "dataset"] = Field(description="model (the policy or a reward model) or dataset.")
+    repo: str = Field(description="The Hub repository.")
+    revision: str = Field(default="", description="The revision the job asked for (a branch, tag or commit).")
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$", description="The commit staging resolved it to and downloaded: "
+                        "what the trainers and the vLLM server load.")
+
+
 class GRPOJobStatus(BaseModel):
     phase: Optional[Phase] = Field(default=None, description=f"{listing(Phase)}.")
     conditions: list[Condition] = Field(default_factory=list, description="Latest observations (Kubernetes API conventions).")
@@ -61,6 +69,9 @@ class GRPOJobStatus(BaseModel):
     stagingRetries: int = Field(
         default=0, description="spec.cache: download pods that failed with a retryable error and were replaced "
         "(bounded by runPolicy.backoffLimit; docs/cache.md).")
+    stagedRevisions: list[StagedRevision] = Field(
+        default_factory=list, description="spec.cache: the commit of each Hub repository the download pod staged, "
+        "recorded once; the job's pods load these commits, never a moving branch (docs/cache.md).")
     vllmServerAttempt: Optional[int] = Field(
         default=None, description="Server mode: the attempt that created the vLLM server pod the current attempt's "
         "trainers use, while that server is kept across trainer restarts (absent: the current attempt's own).")

@@ -14,7 +14,7 @@ from typing import Optional
 from grpo_trainer import contract
 
 from .. import api
-from ..lifecycle.staging import progress_message
+from ..lifecycle.staging import progress_message, revisions
 from ..render import cache
 
 
@@ -32,7 +32,8 @@ def cache_dir_for(job: api.GRPOJob, option: Optional[str]) -> Optional[Path]:
 
 def stage(job: api.GRPOJob, config_path: Path, cache_dir: Path) -> tuple[int, dict[str, str]]:
     """Run the stage step into cache_dir (nothing when every reference is a local path); the exit code and the
-    environment the trainers then need (the pods' offline layout)."""
+    environment the trainers then need (the pods' offline layout, and the commits it staged: the trainers load
+    those, as the pods do)."""
     env = {"HF_HUB_CACHE": str(cache_dir / "hub"), "HF_DATASETS_CACHE": str(cache_dir / "datasets"),
            **{k: "1" for k in cache.OFFLINE_ENV}}
     if not cache.hub_refs(job):
@@ -51,6 +52,8 @@ def stage(job: api.GRPOJob, config_path: Path, cache_dir: Path) -> tuple[int, di
             continue
         event = record.get("event")
         if event == "done":
+            pinned = [{"kind": r.kind, "repo": r.repo, "commit": r.commit} for r in revisions(record)]
+            env[contract.STAGED_REVISIONS_ENV] = json.dumps(pinned, sort_keys=True)
             print(f"grpojob: staged {len(record.get('staged') or [])}, already cached {len(record.get('cached') or [])}"
                   f" ({record.get('bytes', 0)} bytes in {record.get('seconds', 0)} s)", file=sys.stderr)
         elif event in ("start", "progress", "staged"):

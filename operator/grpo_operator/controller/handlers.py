@@ -28,6 +28,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import kopf
@@ -286,8 +287,10 @@ class Controller:
 
     async def _create_decided(self, key: Key, body: dict[str, Any], res: validation.ValidationResult,
                               dec: lifecycle.Decision) -> None:
+        # the commits staging recorded, in this very pass when it saw the download pod succeed
+        status = dec.job_status or api.parse_status(body.get("status"))
         await self._create(key, body, res, dec.create_attempt, dec.create_pods,  # type: ignore[arg-type]
-                           dec.kueue_group, dec.kueue_server_group)
+                           dec.kueue_group, dec.kueue_server_group, staged=status.stagedRevisions)
 
     async def _delete_pod(self, ns: str, name: str, uid: Optional[str], grace_seconds: Optional[int] = None) -> None:
         assert self.kube is not None
@@ -330,13 +333,15 @@ class Controller:
 
     async def _create(self, key: Key, body: dict[str, Any], res: validation.ValidationResult, attempt: int,
                       pod_names: list[str], kueue_group: Optional[str] = None,
-                      kueue_server_group: Optional[str] = None) -> None:
+                      kueue_server_group: Optional[str] = None,
+                      staged: Sequence[api.StagedRevision] = ()) -> None:
         assert self.kube is not None and res.job is not None and res.topology is not None
         ns, name = key
         uid = (body.get("metadata") or {}).get("uid", "")
         objs = render_job.render(res.job, res.topology, ns, uid=uid, image=self.config.image, attempt=attempt,
                                  metrics_port=self.config.trainer_metrics_port, kueue_group=kueue_group,
-                                 kueue_server_group=kueue_server_group, network_policy=self.config.network_policy())
+                                 kueue_server_group=kueue_server_group, network_policy=self.config.network_policy(),
+                                 staged=staged)
         too_large = render_job.oversized(objs)
         if too_large:  # the server would refuse it: say so without sending anything
             refused.note(self, key, manifests.names(name).config_map, too_large, body)

@@ -17,7 +17,9 @@ Rules:
   suspend/resume or a deleted pod never start a second download.
 - no pod: CREATE it (after the backoff of a retry, measured from the condition's lastTransitionTime).
 - pod Pending/Running: WAIT, with the progress (bytes and files done/total) as the condition's message.
-- pod Succeeded: PROCEED and set `Staged=True` (reason Staged, the summary: what was staged, bytes, seconds).
+- pod Succeeded: PROCEED and set `Staged=True` (reason Staged, the summary: what was staged, bytes, seconds), and
+  record the commit each repo was staged at (status.stagedRevisions, from the pod's termination message): the
+  trainers and vLLM load those commits (render), so another job moving `main` in the shared cache never reaches them.
 - pod Failed, permanent (exit 18 HubAccessDenied, 19 HubNotFound, 10 ConfigError, …): FAIL the job with the pod's
   reason and the Hub's message (the termination message). Never an endless Pending.
 - pod Failed, retryable (202 TransientIOError after the pod's own retries, eviction, node lost, a signal): RETRY —
@@ -48,6 +50,8 @@ REASON_STAGING = "Staging"
 REASON_STAGED = "Staged"
 REASON_RETRY = "StagingRetry"
 BACKOFF_BASE, BACKOFF_CAP = 10.0, 300.0
+# the download pod's progress record comes from the job's own image: what reaches the status is bounded
+MAX_MESSAGE = 1024
 
 
 class Action:
@@ -68,6 +72,7 @@ class StagingDecision:
     requeue_after: Optional[float] = None
     count_retry: bool = False  # RETRY: the caller increments its staging retry count
     event: Optional[tuple[str, str]] = None  # (reason, message) of an Event: the download's time, a failure
+    revisions: list[api.StagedRevision] = field(default_factory=list)  # PROCEED on success: the staged commits
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -84,12 +89,28 @@ def parse_record(text: Optional[str]) -> Optional[dict[str, Any]]:
     return None
 
 
+def bounded(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 # The download pod's progress record is the tenant's pod talking: what it puts into status.message is bounded
 MAX_PROGRESS_MESSAGE = 512
 
 
 def _bounded(text: str) -> str:
-    return text if len(text) <= MAX_PROGRESS_MESSAGE else text[:MAX_PROGRESS_MESSAGE - 1] + "…"
+    return bounded(text, MAX_PROGRESS_MESSAGE)
+
+
+def revisions(record: Optional[dict[str, Any]]) -> list[api.StagedRevision]:
+    """The commits a done record names (`revisions`), each checked (kind, repo, a 40-hex commit); others dropped."""
+    found = record.get("revisions") if record else None
+    out = []
+    for entry in found if isinstance(found, list) else []:
+        try:
+            out.append(api.StagedRevision.model_validate(entry))
+        except ValueError:
+            continue
+    return out
 
 
 def _size(n: Any) -> str:
@@ -156,7 +177,7 @@ def decide_staging(job: api.GRPOJob, pod: Optional[PodInfo], condition: Optional
             if record and record.get("event") == "done" and record.get("staged") else ""
         event = (REASON_STAGED, f"{took}{message}; pod {name}")
         return StagingDecision(Action.PROCEED, REASON_STAGED, message, _condition("True", REASON_STAGED, message),
-                               event=event)
+                               event=event, revisions=revisions(record))
     failure = classify(pod)
     if failure is None:  # Pending or Running
         why = pod.unschedulable or pod.waiting
@@ -207,21 +228,23 @@ def stage(draft: Draft) -> bool:
                        retries=retries - 1 if counted and retries > 0 else retries, progress=draft.stage_progress)
     if d.event is not None:
         kind = "Normal" if d.action == Action.PROCEED else "Warning"
-        draft.decision.events.append(JobEvent(kind, d.event[0], d.event[1]))
+        draft.decision.events.append(JobEvent(kind, d.event[0], bounded(d.event[1])))
+    message = bounded(d.message)
     if d.action == Action.PROCEED:
         if d.condition is not None:
-            draft.set(CONDITION, "True", d.condition["reason"], d.condition["message"])
+            draft.set(CONDITION, "True", d.condition["reason"], message)
+            status.stagedRevisions = d.revisions
         return False
     if d.action == Action.FAIL:
-        draft.set(CONDITION, "False", d.reason, d.message)
+        draft.set(CONDITION, "False", d.reason, message)
         status.lastFailureReason = d.reason
-        return fail(draft, d.reason, d.message)
+        return fail(draft, d.reason, message)
     if d.action == Action.RETRY:
         # counted once per failed pod: a second pass that still sees it (its delete not yet in the watch) finds the
         # condition already at StagingRetry
         if not counted:
             status.stagingRetries = retries + 1
-            draft.set(CONDITION, "False", REASON_RETRY, d.message, force_transition=True)
+            draft.set(CONDITION, "False", REASON_RETRY, message, force_transition=True)
         status.lastFailureReason = d.reason
         draft.delete([pod] if pod is not None else [])
     elif d.action == Action.CREATE:
@@ -230,9 +253,9 @@ def stage(draft: Draft) -> bool:
         if status.startTime is None:  # the download counts towards runPolicy.activeDeadlineSeconds
             status.startTime = fmt_time(draft.now)
     if d.condition is not None and d.action != Action.RETRY:
-        draft.set(CONDITION, "False", d.condition["reason"], d.condition["message"])
+        draft.set(CONDITION, "False", d.condition["reason"], message)
     status.phase = Phase.PENDING
-    status.message = d.message or f"waiting for pod {render_initializer.pod_name(draft.job.name)}"
+    status.message = message or f"waiting for pod {render_initializer.pod_name(draft.job.name)}"
     if d.requeue_after is not None:
         draft.decision.requeue(d.requeue_after)
     return True

@@ -7,6 +7,9 @@ pod's progress endpoint with the trainer image's own code (grpo_trainer/stage.py
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -151,3 +154,94 @@ def test_the_download_progress_moves_in_the_status_while_the_pod_runs(operator_p
 
     assert wait_until(staged_event, 30, 0.5, what="the Staged event")[0]["message"].startswith(
         "Staged in 4.2 s (2.0 MB): staged model Qwen/Qwen2.5-0.5B-Instruct@main")
+
+
+def pinned_job(name: str, revision: str | None = None, server: bool = False) -> dict[str, Any]:
+    m = manifest(name, nodes=2, vllm_server=server)
+    m["spec"].update(model="org/moving", cache={"volumeClaimName": "hf-cache"},
+                     dataset={"name": "org/rows", "promptColumn": "question", "answerColumn": "answer"})
+    if revision:
+        m["spec"]["training"]["modelInitKwargs"] = {"revision": revision}
+    return m
+
+
+def test_jobs_staging_one_repo_while_main_moves_record_and_load_their_own_commits(operator_process, kubectl,
+                                                                                   k8s_namespace, tmp_path) -> None:
+    """Issue 27, item 8, on the real control plane with the Hub emulator: job A stages `main`; while its weights
+    download, `main` moves; job B (vLLM server mode) then stages `main` and job C the tag `v1`, all into one cache.
+    The test plays each download pod with the real stage process on the job's own ConfigMap, and reports its exit
+    with the termination message it wrote. Each job's status.stagedRevisions names the commits its staging resolved,
+    its trainer pods (and B's vLLM server) get exactly those, and loading with a pod's environment, offline, reads
+    that commit's model and dataset, whatever `main` says by then."""
+    from tests.support.hub import HubEmulator
+    from tests.support.stage_runs import ROWS, StageRun, env_for, model_files
+
+    k, ns = kubectl, k8s_namespace
+    hub = HubEmulator()
+    m1 = hub.add_model("org/moving", model_files("m1"))
+    v1 = hub.add_model("org/moving", model_files("v1"), ref="v1")
+    d1 = hub.add_dataset("org/rows", {"data/train.jsonl": b"".join(ROWS)})
+    home = tmp_path / "cache"
+
+    def start(job: str) -> StageRun:
+        wait_until(lambda: by_role(k, ns, job).get(contract.ROLE_INITIALIZER), 30, 0.2, what=f"{job}'s download pod")
+        pod_running(k, ns, f"{job}-stage")
+        config = tmp_path / job / "config.json"
+        config.parent.mkdir()
+        config.write_text(k.json("get", "configmap", f"{job}-config", "-n", ns)["data"]["config.json"])
+        return StageRun(config, env_for(hub, home), tmp_path / job / "termination")
+
+    k.apply(pinned_job("pin-a"), "-n", ns)
+    k.apply(pinned_job("pin-c", "v1"), "-n", ns)
+    hold = hub.hold("model.safetensors")
+    with hub:
+        try:
+            runs = {"pin-a": start("pin-a")}
+            hold.arrived.wait(120)
+            assert runs["pin-a"].wait_for(lambda r: r.get("event") == "start")["commit"] == m1
+            m2 = hub.add_model("org/moving", model_files("m2"))  # main moves (the dataset too)
+            hub.add_dataset("org/rows", {"data/train.jsonl": b"".join(ROWS[:32])})
+            k.apply(pinned_job("pin-b", server=True), "-n", ns)
+            runs |= {"pin-b": start("pin-b"), "pin-c": start("pin-c")}
+            assert runs["pin-b"].wait_for(lambda r: r.get("event") == "start")["commit"] == m2
+            assert runs["pin-c"].wait_for(lambda r: r.get("event") == "start")["commit"] == v1
+        finally:
+            hold.release()
+        done = {job: run.finish() for job, run in runs.items()}
+    assert [next(r["commit"] for r in done[j]["revisions"] if r["kind"] == "model")
+            for j in ("pin-a", "pin-b", "pin-c")] == [m1, m2, v1]
+    envs = {}
+    for job in done:
+        pod_exit(k, ns, f"{job}-stage", 0, message=(tmp_path / job / "termination").read_text().strip())
+        st = wait_job(k, ns, job, lambda s: s.get("stagedRevisions"), what="status.stagedRevisions")["status"]
+        assert st["stagedRevisions"] == done[job]["revisions"]
+        pinned = [{"kind": r["kind"], "repo": r["repo"], "commit": r["commit"]} for r in done[job]["revisions"]]
+        role = contract.ROLE_VLLM if job == "pin-b" else contract.ROLE_TRAINER
+        pods = wait_until(lambda job=job, role=role: by_role(k, ns, job).get(role), 30, 0.2, what=f"{job}'s {role}")
+        for p in pods:
+            [c] = p["spec"]["containers"]
+            env = {e["name"]: e.get("value") for e in c["env"]}
+            assert json.loads(env[contract.STAGED_REVISIONS_ENV]) == pinned and "HF_TOKEN" not in env
+            if role == contract.ROLE_VLLM:
+                assert c["args"][c["args"].index("--revision") + 1] == pinned[0]["commit"]
+        envs[job] = env[contract.STAGED_REVISIONS_ENV]
+    # what each job's pods load, offline, with their own environment's commits (the trainer's loading code)
+    probe = ("import json, sys\nfrom transformers import AutoConfig\nfrom grpo_trainer import data, pins\n"
+             "from grpo_trainer.config import DatasetSpec\nout = {}\n"
+             "for job, value in json.loads(sys.argv[1]).items():\n"
+             "    p = pins.parse(value)\n"
+             "    mark = AutoConfig.from_pretrained('org/moving', revision=pins.model_revision(p, 'org/moving'))"
+             ".grpo_test_mark\n"
+             "    ds = data.load_dataset(DatasetSpec(name='org/rows'), pins.dataset_cache_dir(p, 'org/rows'))\n"
+             "    out[job] = [mark, len(ds)]\n"
+             "print(json.dumps(out))")
+    env = {**os.environ, "HF_HOME": str(tmp_path / "pod-home"), "HF_HUB_CACHE": str(home / "hub"),
+           "HF_DATASETS_CACHE": str(home / "datasets"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-c", probe, json.dumps(envs)], capture_output=True, text=True, timeout=300,
+                       env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = {job: 64 if next(r["commit"] for r in done[job]["revisions"] if r["kind"] == "dataset") == d1 else 32
+            for job in done}
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"pin-a": ["m1", rows["pin-a"]],
+                                                             "pin-b": ["m2", 32], "pin-c": ["v1", 32]}

@@ -71,15 +71,20 @@ def test_stage_then_trainer_loads_offline_and_a_second_run_downloads_nothing(hub
     assert records[-1]["cached"] and not records[-1]["staged"]
     assert hub.requests() == []  # no request at all: the markers say everything is there
 
-    # the trainer's own loading code, offline, on the same HF_HOME
-    probe = ("import json, sys\nfrom grpo_trainer import data\nfrom grpo_trainer.config import DatasetSpec\n"
-             "tok = data.load_tokenizer('org/tiny'); m = data.load_model('org/tiny')\n"
-             "ds = data.load_dataset(DatasetSpec(name='org/data', split='train'))\n"
+    # the trainer's own loading code, offline, on the same HF_HOME, at the commits the stage step recorded
+    assert [(r["kind"], r["repo"], r["revision"]) for r in done["revisions"]] == \
+        [("model", "org/tiny", "main"), ("dataset", "org/data", "main")]
+    assert records[-1]["revisions"] == done["revisions"]  # the cached run names the same commits
+    probe = ("import json, sys\nfrom grpo_trainer import data, pins\nfrom grpo_trainer.config import DatasetSpec\n"
+             "p = pins.from_env(); rev = pins.model_revision(p, 'org/tiny')\n"
+             "tok = data.load_tokenizer('org/tiny', revision=rev); m = data.load_model('org/tiny', revision=rev)\n"
+             "ds = data.load_dataset(DatasetSpec(name='org/data', split='train'), pins.dataset_cache_dir(p, 'org/data'))\n"
              "print(json.dumps({'rows': len(ds), 'chat': data.has_chat_template(tok), 'params': m.num_parameters()}))")
     # the pods' layout (render/cache.py): HF_HOME elsewhere, the Hub cache and the datasets cache from the claim
     home = tmp_path / "hf-home"
     env = _env(hub, tmp_path / "pod-home", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               HF_HUB_CACHE=str(home / "hub"), HF_DATASETS_CACHE=str(home / "datasets"))
+               HF_HUB_CACHE=str(home / "hub"), HF_DATASETS_CACHE=str(home / "datasets"),
+               **{contract.STAGED_REVISIONS_ENV: json.dumps(done["revisions"])})
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -112,8 +117,12 @@ def test_revision_is_pinned(hub, tmp_path):
     resolves = [r.path for r in hub.requests(path_contains="/org/pinned/resolve/")]
     assert resolves and all(f"/resolve/{old}/" in p for p in resolves) and not any(new in p for p in resolves)
     folder = tmp_path / "hf-home" / "hub" / "models--org--pinned"
-    assert (folder / "refs" / "v1").read_text() == old  # what the pods' offline lookup of revision v1 reads
     assert (folder / "snapshots" / old / "model.safetensors").exists()
+    # downloaded by commit: no ref is written (the pods load the commit itself, status.stagedRevisions)
+    assert not (folder / "refs").exists()
+    assert records[-1]["revisions"] == [{"kind": "model", "repo": "org/pinned", "revision": "v1", "commit": old},
+                                        {"kind": "dataset", "repo": "org/data", "revision": "main",
+                                         "commit": records[-1]["revisions"][1]["commit"]}]
 
 
 def test_a_cut_connection_resumes_with_a_range_request(hub, tmp_path):

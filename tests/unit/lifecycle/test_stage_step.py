@@ -160,3 +160,38 @@ def test_a_pod_sorted_as_initializer_is_never_a_trainer() -> None:
     # a download pod of an older job of the same name is stale, deleted like its trainers
     old = lc.PodSets.sort(UID, [stage_pod("Running", uid="older")], 0)
     assert old.initializer is None and [p.name for p in old.stale] == [STAGE]
+
+
+def test_the_staged_commits_are_recorded_once_and_kept_across_restarts() -> None:
+    """Issue 27, item 8: the commits the download pod resolved (its done record's `revisions`) go into
+    status.stagedRevisions in the pass that sees it succeed, the pass that creates the trainers (render pins them);
+    a restart keeps them; a job staged by an older operator (no record) has none and keeps its revision."""
+    import json
+
+    revs = [{"kind": "model", "repo": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "main", "commit": "a" * 40},
+            {"kind": "dataset", "repo": "openai/gsm8k", "revision": "main", "commit": "not-a-commit"}]
+    done = contract.STAGE_PREFIX + json.dumps({"event": "done", "staged": [], "cached": [], "revisions": revs})
+    st = after(decide(body(), []))
+    dec = decide(body(st), [stage_pod("Succeeded", exit_code=0, message=done)])
+    assert dec.create_pods == TRAINERS
+    assert dec.job_status is not None and [r.commit for r in dec.job_status.stagedRevisions] == ["a" * 40]
+    st = after(dec)
+    assert st["stagedRevisions"] == [revs[0]]  # the malformed entry is dropped
+    st = after(decide(body(st), [stage_pod("Succeeded", exit_code=0), trainer(0), trainer(1)]))
+    dec = decide(body(st), [trainer(0), trainer(1, "Failed", exit_code=143)])
+    assert after(dec)["stagedRevisions"] == [revs[0]]
+    old = after(decide(body(after(decide(body(), []))), [stage_pod("Succeeded", exit_code=0, message=DONE)]))
+    assert not old.get("stagedRevisions")
+
+
+def test_the_download_pods_progress_in_the_status_is_bounded() -> None:
+    """Issue 27, Low: status.message carried the download pod's progress record unbounded (it comes from the job's own
+    image, up to the scraper's 1 MiB); the condition, the message and the events are bounded."""
+    st = after(decide(body(), []))
+    progress = {"event": "progress", "item": "model " + "x" * 500_000, "bytes": 1, "totalBytes": 2}
+    dec = decide(body(st), [stage_pod("Running")], T0 + dt.timedelta(seconds=5), progress)
+    assert dec.status["message"].startswith("downloading model xxx")
+    assert len(dec.status["message"]) <= 1024 and len(staged_cond(dec)["message"]) <= 1024
+    huge = contract.STAGE_PREFIX + '{"event": "done", "staged": ["' + "y" * 100_000 + '"], "cached": []}'
+    dec = decide(body(after(dec)), [stage_pod("Succeeded", exit_code=0, message=huge)])
+    assert len(staged_cond(dec)["message"]) <= 1024 and all(len(e.message) <= 1024 for e in dec.events)

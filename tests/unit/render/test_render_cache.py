@@ -112,7 +112,10 @@ def test_without_cache_nothing_changes():
     objs = manifests.render(without.job, without.topology, "ns", uid="u")
     env = _env(next(o for o in objs if o["kind"] == "Pod")["spec"]["containers"][0])
     assert env["HF_HOME"]["value"] == "/tmp/hf-home" and not set(cache.OFFLINE_ENV) & set(env)
-    # the same job with the cache differs only by the cache's volume, mounts and env
+    # the same job with the cache differs only by the cache's volume, mounts and env, and the token it no longer needs
+    for o in objs:
+        if o["kind"] == "Pod":
+            o["spec"]["containers"][0]["env"] = [e for e in o["spec"]["containers"][0]["env"] if e["name"] != "HF_TOKEN"]
     cached = render_job.render(with_cache.job, with_cache.topology, "ns", uid="u")
     assert cached.pop(2)["metadata"]["labels"][contract.LABEL_ROLE] == "initializer"
     stripped = copy.deepcopy(cached)
@@ -158,3 +161,52 @@ def test_crd_has_the_cache_with_descriptions():
 
     text = crd.crd_yaml()
     assert "cache:" in text and "docs/cache.md" in text
+
+
+def _pods(objs: list[dict]) -> dict[str, dict]:
+    return {o["metadata"]["labels"][contract.LABEL_ROLE]: o["spec"]["containers"][0] for o in objs if o["kind"] == "Pod"}
+
+
+def test_readers_get_no_hf_token_only_the_download_pod_does():
+    """Issue 27, Low: trainers received HF_TOKEN while offline. With spec.cache the trainers and the vLLM server read
+    the cache offline and need no token: only the download pod gets it; a token the user sets in template.env stays."""
+    res = validated(job_doc(mode="server"))
+    pods = _pods(render_job.render(res.job, res.topology, "ns"))
+    assert "HF_TOKEN" in _env(pods["initializer"])
+    assert "HF_TOKEN" not in _env(pods["trainer"]) and "HF_TOKEN" not in _env(pods["vllm-server"])
+    without = validated(job_doc(None))
+    assert "HF_TOKEN" in _env(_pods(render_job.render(without.job, without.topology, "ns"))["trainer"])
+    doc = job_doc()
+    own = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "trackio", "key": "token"}}}
+    doc["spec"]["template"]["env"].append(own)
+    mine = validated(doc)
+    assert _env(_pods(render_job.render(mine.job, mine.topology, "ns"))["trainer"])["HF_TOKEN"] == own
+
+
+MAIN, OTHER, DATA = "a" * 40, "b" * 40, "c" * 40
+
+
+def test_trainers_and_vllm_load_the_commits_staging_recorded():
+    """Issue 27, item 8: trainers loaded refs/main, which another job's staging moves. The commits in
+    status.stagedRevisions reach the trainer (contract.STAGED_REVISIONS_ENV) and the vLLM server (--revision and
+    --tokenizer-revision, replacing the branch the spec named)."""
+    import json
+
+    doc = job_doc(mode="server")
+    doc["spec"]["training"]["modelInitKwargs"] = {"revision": "main"}
+    res = validated(doc)
+    staged = [api.StagedRevision(kind="model", repo="org/tiny", revision="main", commit=MAIN),
+              api.StagedRevision(kind="dataset", repo="org/data", revision="main", commit=DATA)]
+    pods = _pods(render_job.render(res.job, res.topology, "ns", staged=staged))
+    value = json.loads(_env(pods["trainer"])[contract.STAGED_REVISIONS_ENV]["value"])
+    assert value == [{"kind": "model", "repo": "org/tiny", "commit": MAIN},
+                     {"kind": "dataset", "repo": "org/data", "commit": DATA}]
+    args = pods["vllm-server"]["args"]
+    assert args[args.index("--revision") + 1] == args[args.index("--tokenizer-revision") + 1] == MAIN
+    assert args.count("--revision") == 1 and "main" not in args
+    assert contract.STAGED_REVISIONS_ENV not in _env(pods["initializer"])
+    # staged by an older operator (nothing recorded), or no spec.cache: the spec's revision, as before
+    for job, recorded in ((res, []), (validated(job_doc(None, mode="server")), staged)):
+        pods = _pods(render_job.render(job.job, job.topology, "ns", staged=recorded))
+        assert contract.STAGED_REVISIONS_ENV not in _env(pods["trainer"])
+        assert MAIN not in pods["vllm-server"]["args"]

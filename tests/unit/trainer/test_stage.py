@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from grpo_trainer import contract, stage
@@ -154,3 +156,103 @@ def test_plan_stages_the_eval_split_too():
     assert got[1] == ("org/held-out", None, "test")
     doc["dataset"]["evalName"] = "/data/held-out.jsonl"
     assert len([i for i in stage_mod.plan(doc) if i.kind == "dataset"]) == 1
+
+
+def test_marker_writes_of_two_pods_never_collide(tmp_path, monkeypatch):
+    """Issue 27, item 9: two download pods collided on the marker's temporary file (`.tmp{pid}` is `.tmp1` in every
+    pod: python is PID 1): the second rename found no file and its FileNotFoundError failed the job. Here the other
+    pod writes the same marker between this one's write and rename, both as PID 1: both succeed."""
+    monkeypatch.setattr(stage.os, "getpid", lambda: 1)
+    item = stage.Item("model", "org/tiny")
+    real_replace = stage.os.replace
+    other_done = []
+
+    def replace(src, dst):  # the other pod's whole write happens while this one is between write and rename
+        if not other_done:
+            other_done.append(True)
+            stage._write_marker(tmp_path, item, {"paths": [str(tmp_path)], "by": "other"})
+        real_replace(src, dst)
+
+    monkeypatch.setattr(stage.os, "replace", replace)
+    stage._write_marker(tmp_path, item, {"paths": [str(tmp_path)], "by": "this"})
+    assert other_done and stage.already_staged(tmp_path, item)
+    assert [p.name for p in (tmp_path / stage.MARKER_DIR).iterdir()] == [f"{item.key}.json"]  # no temp file left
+
+
+def _fake_hub(monkeypatch, commits: dict[str, str], calls: list[str]):
+    """stage.resolve and the downloads without a Hub: `commits` is what each revision names now."""
+    def resolve(item):
+        calls.append(f"resolve {item.revision}")
+        return commits[item.revision]
+
+    def download(item, hf_home, sha):
+        calls.append(f"download {sha[:1]}")
+        snap = hf_home / sha
+        snap.mkdir(parents=True, exist_ok=True)
+        return {"commit": sha, "paths": [str(snap)], "bytes": 1, "totalBytes": 1, "files": 1, "totalFiles": 1}
+
+    monkeypatch.setattr(stage, "resolve", resolve)
+    monkeypatch.setattr(stage, "stage_model", download)
+    monkeypatch.setattr(stage, "emit", lambda record, out=None: None)
+
+
+def test_a_marker_that_cannot_be_written_is_retried_never_permanent(tmp_path, monkeypatch):
+    """Issue 27, item 9: an error writing a marker (the collision's FileNotFoundError) escaped the retries and exited 1,
+    a permanent failure. It is retried like any transient failure."""
+    calls: list[str] = []
+    _fake_hub(monkeypatch, {"main": "a" * 40}, calls)
+    real_write, failures = stage._write_marker, [FileNotFoundError(2, "No such file or directory", ".tmp1")]
+
+    def write(*args, **kw):
+        if failures:
+            raise failures.pop()
+        real_write(*args, **kw)
+
+    monkeypatch.setattr(stage, "_write_marker", write)
+    done = stage.stage_all([stage.Item("model", "org/tiny")], tmp_path, attempts=3, backoff=0)
+    assert done["staged"] == ["model org/tiny@main"] and done["revisions"][0]["commit"] == "a" * 40
+
+
+def test_a_revision_is_resolved_once_downloaded_by_commit_and_reused(tmp_path, monkeypatch):
+    """Issue 27, item 8: markers were per requested revision while the download followed refs/main. Now: main is
+    resolved to a commit, that commit is downloaded and marked; a later run reuses it without the Hub even after main
+    moved; another revision naming a commit already staged downloads nothing."""
+    calls: list[str] = []
+    commits = {"main": "a" * 40, "v1": "b" * 40}
+    _fake_hub(monkeypatch, commits, calls)
+    main, v1 = stage.Item("model", "org/tiny"), stage.Item("model", "org/tiny", "v1")
+    first = stage.stage_all([main], tmp_path)
+    assert calls == ["resolve main", "download a"]
+    assert first["revisions"] == [{"kind": "model", "repo": "org/tiny", "revision": "main", "commit": "a" * 40}]
+    calls.clear()
+    commits["main"] = "b" * 40  # main moves: the cache keeps what this revision was staged at, no request
+    again = stage.stage_all([main], tmp_path)
+    assert calls == [] and again["cached"] == ["model org/tiny@main"] and again["revisions"] == first["revisions"]
+    later = stage.stage_all([v1], tmp_path)
+    assert calls == ["resolve v1", "download b"] and later["revisions"][0]["commit"] == "b" * 40
+    calls.clear()
+    pinned = stage.stage_all([stage.Item("model", "org/tiny", "b" * 40)], tmp_path)  # a commit is its own
+    assert calls == [] and pinned["cached"] and pinned["revisions"][0]["commit"] == "b" * 40
+
+
+def test_the_termination_message_keeps_the_commits_within_the_kubelets_limit():
+    revisions = [{"kind": "model", "repo": f"org/m{i}", "revision": "main", "commit": "a" * 40} for i in range(3)]
+    summary = {"event": "done", "staged": ["model " + "x" * 1500] * 4, "cached": [], "revisions": revisions,
+               "bytes": 1, "seconds": 1.0}
+    line = stage.termination_line(summary)
+    assert len(line.encode()) < stage.TERMINATION_BYTES
+    assert json.loads(line[len(contract.STAGE_PREFIX):])["revisions"] == revisions
+
+
+def test_pins_parse_only_well_formed_commits():
+    from grpo_trainer import pins
+
+    good = {"kind": "model", "repo": "org/tiny", "commit": "a" * 40}
+    text = json.dumps([good, {"kind": "model", "repo": "org/x", "commit": "main"}, {"repo": "org/y"}, "junk",
+                       {"kind": "dataset", "repo": "org/data", "commit": "c" * 40}])
+    p = pins.parse(text)
+    assert p == {("model", "org/tiny"): "a" * 40, ("dataset", "org/data"): "c" * 40}
+    assert pins.model_revision(p, "org/tiny", "main") == "a" * 40 and pins.model_revision(p, "org/x", "v1") == "v1"
+    assert pins.parse("not json") == {} and pins.parse(None) == {} and pins.from_env({}) == {}
+    assert pins.dataset_cache_dir(p, "org/other") is None
+    assert pins.dataset_cache_dir(p, "org/data").endswith(f"{contract.DATASET_COMMITS_DIR}/{'c' * 40}")
