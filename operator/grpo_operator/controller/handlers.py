@@ -74,6 +74,11 @@ def _rv(body: Any) -> Optional[int]:
         return None
 
 
+def _starts(old: dict[str, Any], new: Optional[dict[str, Any]]) -> bool:
+    """Whether a decided status records the job's start for the first time."""
+    return bool(new and new.get("startTime") and not old.get("startTime"))
+
+
 def _count_restart(old: dict[str, Any], new: dict[str, Any]) -> None:
     """grpo_restarts_total{reason}: once per restart, when the status write that records it goes out."""
     new_restarts = int(new.get("restarts") or 0)
@@ -214,9 +219,15 @@ class Controller:
         self.probes.request(key, dec.probe_server)  # a kept vLLM server's engine probe (a read: no status first)
         k = self.kube
         # Status first when the decision deletes anything: a gang restart must never run on an unrecorded decision.
-        # Creations carry their attempt in the pods themselves, so they may go alongside the status write.
+        # Creations carry their attempt in the pods themselves, so they may go alongside the status write; except a
+        # job's first ones, which go before the status that records its start (startTime, Created): a refused
+        # create ends the pass there, and the retry, knowing the refusal, writes CreateFailed instead of the claim.
         creating = bool(dec.create_pods and dec.create_attempt is not None)
         create_first = creating and not (dec.delete_pods or dec.delete_job)
+        if create_first and _starts(view.status, dec.status):
+            await self._create_decided(key, body, res, dec)
+            create_first = False
+            creating = False
         create_task = asyncio.get_running_loop().create_task(self._create_decided(key, body, res, dec)) \
             if create_first else None
         try:

@@ -1,6 +1,7 @@
-"""Status writes are conditional on the resourceVersion they were decided from (controller/handlers.py): a 409 means
-the job changed meanwhile (a user's edit, another replica's write): nothing of that pass is sent, the current version
-is read and the job decided again."""
+"""What a pass writes, and in which order (controller/handlers.py): status writes are conditional on the
+resourceVersion they were decided from (a 409 means the job changed meanwhile — a user's edit, another replica's
+write: nothing of that pass is sent, the current version is read and the job decided again); a job's first creates
+go before the status that records its start."""
 
 from __future__ import annotations
 
@@ -53,6 +54,13 @@ class Kube:
     async def post_event(self, ns: str, event: dict[str, Any]) -> None:
         self.sent.append("EVENT")
 
+    async def create(self, obj: dict[str, Any], want_body: bool = False) -> None:
+        self.sent.append(f"POST {obj['kind']}")
+        if obj["kind"] == "Pod" and self.refuse_pods:
+            raise kube.ApiError(500, "InternalError", 'Internal error occurred: failed calling webhook "policy"')
+
+    refuse_pods = False
+
 
 async def suspend_pass(conflict: bool) -> tuple[handlers.Controller, Kube]:
     c = handlers.Controller(Settings(namespaces=["ns"]))
@@ -92,3 +100,23 @@ async def test_a_conflict_sends_nothing_of_the_pass_and_decides_again_from_the_c
     assert k.sent == ["GET"]  # no pod deleted, no Event: the decision was not recorded
     assert c.jobs[("ns", "j")]["metadata"]["resourceVersion"] == "8"
     assert c.passes == [("ns", "j")]  # type: ignore[attr-defined]  # decided again
+
+
+@pytest.mark.asyncio
+async def test_a_refused_first_create_writes_no_status_claiming_the_start() -> None:
+    """Finding (issue 27, Low): `Created=True` and `startTime` were written before any create succeeded (the status
+    write went alongside the creates): with every pod create failing (a broken admission webhook, a 500), the job
+    said its pods were created and its activeDeadlineSeconds started."""
+    c = handlers.Controller(Settings(namespaces=["ns"]))
+    k = Kube(job_body("j", nodes=2), conflict=False)
+    k.refuse_pods = True
+    c.kube, c.pods = k, Pods([])  # type: ignore[assignment]
+    c.observe_job(job_body("j", nodes=2))
+    with pytest.raises(kube.ApiError):
+        await c.reconcile(("ns", "j"))  # the work queue retries it with backoff
+    assert "POST Pod" in k.sent and k.status_writes == []
+    assert "failed calling webhook" in c.refused_creates[("ns", "j")]
+    k.refuse_pods = False
+    await c.reconcile(("ns", "j"))  # the retry knows the refusal: CreateFailed, still no claim of a start
+    patch = k.status_writes[0][0]
+    assert "startTime" not in patch and [x["type"] for x in patch["conditions"]] == ["CreateFailed"]
