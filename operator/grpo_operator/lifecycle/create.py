@@ -19,8 +19,9 @@ def note_conflicts(draft: Draft) -> bool:
 
 
 def start(draft: Draft) -> None:
-    """status.startTime (the anchor of runPolicy.activeDeadlineSeconds), once."""
-    if draft.status.startTime is None:
+    """status.startTime (the anchor of runPolicy.activeDeadlineSeconds), once; not while the API server refuses this
+    job's creates (nothing was created)."""
+    if draft.status.startTime is None and not draft.job.create_refused:
         draft.status.startTime = fmt_time(draft.now)
         deadline = draft.spec.runPolicy.activeDeadlineSeconds
         if deadline is not None:
@@ -45,10 +46,9 @@ def create_pods(draft: Draft) -> bool:
                 draft.pods.ours, draft.job.name, draft.job.uid, attempt, ROLE_VLLM)
         # while the API server refuses this job's creates, nothing was created: no start, no Created claim (the
         # controller sends a job's first creates before the status that claims them, so a refusal stops that too)
-        if not draft.job.create_refused:
-            start(draft)
-            if not conflicts:
-                draft.set(ConditionType.CREATED, "True", Reason.PODS_CREATED, created)
+        start(draft)
+        if not conflicts and not draft.job.create_refused:
+            draft.set(ConditionType.CREATED, "True", Reason.PODS_CREATED, created)
         if restarting:
             draft.set(ConditionType.RESTARTING, "False", Reason.PODS_RECREATED, recreated)
         servers = set(expected[draft.nodes:])

@@ -178,13 +178,15 @@ def test_graceful_stop_releases_the_lease(crd, kubectl, k8s_namespace, tmp_path)
         b.stop()
 
 
-def snapshot(k: Any, ns: str) -> dict[str, Any]:
-    """Every job's and pod's (uid, resourceVersion, managedFields): any write at all changes it."""
+def snapshot(k: Any, ns: str, instance: str) -> dict[str, Any]:
+    """Every job's and pod's (uid, resourceVersion, managedFields), and the Events one replica posted: any write at all
+    changes it."""
     out = {}
-    for kind in ("grpojobs", "pods"):
+    for kind in ("grpojobs", "pods", "events"):
         for o in k.json("get", kind, "-n", ns)["items"]:
             m = o["metadata"]
-            out[f"{kind}/{m['name']}"] = (m["uid"], m["resourceVersion"], m.get("managedFields"))
+            if kind != "events" or o.get("reportingInstance") == instance:
+                out[f"{kind}/{m['name']}"] = (m["uid"], m["resourceVersion"], m.get("managedFields"))
     return out
 
 
@@ -192,11 +194,13 @@ def test_leader_stopped_in_the_middle_of_a_write_burst_sends_nothing_when_it_res
                                                                                      tmp_path):
     """Finding (issue 27, Medium 6): fencing was check-then-act, before the connection-pool wait: writes queued when
     the leader was stopped went out when it resumed. Here the leader is stopped while it creates 20 jobs' pods one
-    write at a time; the new leader suspends every job (deletes the pods); on SIGCONT the old one must send nothing:
-    no pod recreated, no job's resourceVersion or managedFields changed."""
+    write at a time (its Events queued behind them); the new leader suspends every job (deletes the pods); on SIGCONT
+    the old one must send nothing: no pod recreated, no job's resourceVersion or managedFields changed, no Event."""
     k, ns = kubectl, k8s_namespace
     n_jobs = 20
-    a, b = replica(crd, tmp_path / "a", ns, GRPO_MAX_CONCURRENT_WRITES="1"), replica(crd, tmp_path / "b", ns)
+    # HOSTNAME: the Events' reportingInstance, to tell a's from b's
+    a = replica(crd, tmp_path / "a", ns, GRPO_MAX_CONCURRENT_WRITES="1", HOSTNAME="replica-a")
+    b = replica(crd, tmp_path / "b", ns, HOSTNAME="replica-b")
     timeline: dict[str, float] = {}
     try:
         a.start(wait=False)
@@ -221,7 +225,7 @@ def test_leader_stopped_in_the_middle_of_a_write_burst_sends_nothing_when_it_res
             return suspended and not k.json("get", "pods", "-n", ns)["items"]
 
         wait_until(settled, 120, 0.5, what="every job suspended by b, no pods")
-        before = snapshot(k, ns)
+        before = snapshot(k, ns, "replica-a")
         signal_proc(a, signal.SIGCONT)
         t_cont = time.monotonic()
         assert a.proc.proc is not None
@@ -229,7 +233,7 @@ def test_leader_stopped_in_the_middle_of_a_write_burst_sends_nothing_when_it_res
         timeline["a exited after SIGCONT"] = time.monotonic() - t_cont
         assert code == EXIT_LOST, a.log()
         time.sleep(2 * RETRY)  # anything a sent in its last moment is visible by now; b writes only changes
-        assert snapshot(k, ns) == before
+        assert snapshot(k, ns, "replica-a") == before
         b.proc.check_alive()
     finally:
         print(f"\nburst timeline (s): {json.dumps(timeline)}")
