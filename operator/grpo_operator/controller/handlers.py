@@ -226,8 +226,10 @@ class Controller:
         create_first = creating and not (dec.delete_pods or dec.delete_job)
         if create_first and _starts(view.status, dec.status):
             await self._create_decided(key, body, res, dec)
-            create_first = False
-            creating = False
+            if key in self.refused_creates:  # refused without an error raised (a ConfigMap over the size limit)
+                self.kick(key)
+                return
+            create_first = creating = False
         create_task = asyncio.get_running_loop().create_task(self._create_decided(key, body, res, dec)) \
             if create_first else None
         try:

@@ -62,7 +62,7 @@ class Kube:
     refuse_pods = False
 
 
-async def suspend_pass(conflict: bool) -> tuple[handlers.Controller, Kube]:
+async def suspend_pass(conflict: bool) -> tuple[handlers.Controller, Kube, list[Any]]:
     c = handlers.Controller(Settings(namespaces=["ns"]))
     stale = job_body("j", nodes=2, suspend=True, status=RUNNING)
     stale["metadata"]["resourceVersion"] = "7"
@@ -79,13 +79,12 @@ async def suspend_pass(conflict: bool) -> tuple[handlers.Controller, Kube]:
     c.queue.work = record
     await c.reconcile(("ns", "j"))
     await asyncio.sleep(0.05)  # the event recorder's background sends, the queue's pass
-    c.passes = passes  # type: ignore[attr-defined]
-    return c, k
+    return c, k, passes
 
 
 @pytest.mark.asyncio
 async def test_the_status_write_carries_the_resource_version_it_was_decided_from() -> None:
-    c, k = await suspend_pass(conflict=False)
+    _, k, _ = await suspend_pass(conflict=False)
     assert k.status_writes and k.status_writes[0][1] == "7"
     assert k.status_writes[0][0]["phase"] == "Suspended"
     assert sorted(s for s in k.sent if s.startswith("DELETE")) == ["DELETE j-node-0", "DELETE j-node-1"]
@@ -95,11 +94,11 @@ async def test_the_status_write_carries_the_resource_version_it_was_decided_from
 async def test_a_conflict_sends_nothing_of_the_pass_and_decides_again_from_the_current_version() -> None:
     """Finding (issue 27, Medium 6): status writes were unconditional merge patches (no resourceVersion backstop): a
     decision made from an older version of the job (here: suspend, since taken back) was written and acted on."""
-    c, k = await suspend_pass(conflict=True)
+    c, k, passes = await suspend_pass(conflict=True)
     assert [rv for _, rv in k.status_writes] == ["7"]
     assert k.sent == ["GET"]  # no pod deleted, no Event: the decision was not recorded
     assert c.jobs[("ns", "j")]["metadata"]["resourceVersion"] == "8"
-    assert c.passes == [("ns", "j")]  # type: ignore[attr-defined]  # decided again
+    assert passes == [("ns", "j")]  # decided again
 
 
 @pytest.mark.asyncio
@@ -120,3 +119,28 @@ async def test_a_refused_first_create_writes_no_status_claiming_the_start() -> N
     await c.reconcile(("ns", "j"))  # the retry knows the refusal: CreateFailed, still no claim of a start
     patch = k.status_writes[0][0]
     assert "startTime" not in patch and [x["type"] for x in patch["conditions"]] == ["CreateFailed"]
+
+
+@pytest.mark.asyncio
+async def test_a_first_create_refused_before_sending_writes_no_status_claiming_the_start(monkeypatch) -> None:
+    """Finding (issue 27, Low), the same for a refusal the operator makes itself (a ConfigMap over the API server's
+    size limit is never sent): the next pass writes CreateFailed, without startTime."""
+    from grpo_operator.render import job as render_job
+
+    monkeypatch.setattr(render_job, "oversized", lambda objs: "ConfigMap j-config is over 1 MiB: shorten the spec")
+    c = handlers.Controller(Settings(namespaces=["ns"]))
+    k = Kube(job_body("j", nodes=2), conflict=False)
+    c.kube, c.pods = k, Pods([])  # type: ignore[assignment]
+    c.observe_job(job_body("j", nodes=2))
+    passes: list[Any] = []
+
+    async def record(key: Any) -> None:
+        passes.append(key)
+
+    c.queue.work = record
+    await c.reconcile(("ns", "j"))
+    await asyncio.sleep(0.05)
+    assert k.status_writes == [] and passes == [("ns", "j")] and not any(s.startswith("POST") for s in k.sent)
+    await c.reconcile(("ns", "j"))
+    patch = k.status_writes[0][0]
+    assert "startTime" not in patch and "over 1 MiB" in patch["message"]
