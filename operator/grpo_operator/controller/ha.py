@@ -76,7 +76,9 @@ async def list_jobs(kube: kube_mod.Kube, paths: list[str]) -> list[dict[str, Any
 
 
 async def start_leading(controller: Controller) -> None:
-    """Called once, on acquiring the Lease: admit events, re-list the jobs, then start the controller's loops."""
+    """Called on acquiring the Lease (again after a failure: leader.Elector retries it): admit events, re-list the
+    jobs, then start the controller's loops. A failed re-list raises: the jobs that existed before the takeover would
+    otherwise never be cached, and so never reconciled."""
     gate = controller.gate
     while controller.kube is None:  # kopf's login handler creates it, at start-up
         await asyncio.sleep(0.1)
@@ -121,11 +123,14 @@ async def start(cfg: Settings, controller: Controller, login: Callable[..., Awai
 
 
 async def stop(elector: leader.Elector, task: asyncio.Task[None]) -> None:
-    """After the controller stopped (graceful shutdown): stop renewing and release the Lease."""
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
+    """After the controller stopped (graceful shutdown): stop renewing (and starting to lead) and release the Lease."""
+    for t in (task, elector.leading_task):
+        if t is None:
+            continue
+        t.cancel()
+        try:
+            await t
+        except asyncio.CancelledError:
+            pass
     await elector.release()
     await elector.kube.close()

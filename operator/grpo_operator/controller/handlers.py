@@ -75,6 +75,11 @@ def _rv(body: Any) -> Optional[int]:
         return None
 
 
+def _starts(old: dict[str, Any], new: Optional[dict[str, Any]]) -> bool:
+    """Whether a decided status records the job's start for the first time."""
+    return bool(new and new.get("startTime") and not old.get("startTime"))
+
+
 def _count_restart(old: dict[str, Any], new: dict[str, Any]) -> None:
     """grpo_restarts_total{reason}: once per restart, when the status write that records it goes out."""
     new_restarts = int(new.get("restarts") or 0)
@@ -215,13 +220,21 @@ class Controller:
         self.probes.request(key, dec.probe_server)  # a kept vLLM server's engine probe (a read: no status first)
         k = self.kube
         # Status first when the decision deletes anything: a gang restart must never run on an unrecorded decision.
-        # Creations carry their attempt in the pods themselves, so they may go alongside the status write.
+        # Creations carry their attempt in the pods themselves, so they may go alongside the status write; except a
+        # job's first ones, which go before the status that records its start (startTime, Created): a refused
+        # create ends the pass there, and the retry, knowing the refusal, writes CreateFailed instead of the claim.
         creating = bool(dec.create_pods and dec.create_attempt is not None)
         create_first = creating and not (dec.delete_pods or dec.delete_job)
+        if create_first and _starts(view.status, dec.status):
+            await self._create_decided(key, body, res, dec)
+            if key in self.refused_creates:  # refused without an error raised (a ConfigMap over the size limit)
+                self.kick(key)
+                return
+            create_first = creating = False
         create_task = asyncio.get_running_loop().create_task(self._create_decided(key, body, res, dec)) \
             if create_first else None
         try:
-            job_exists = await self._write_status(key, view, dec, uid)
+            job_exists = await self._write_status(key, body, view, dec, uid)
         finally:
             if create_task is not None:
                 await create_task
@@ -238,8 +251,11 @@ class Controller:
         if dec.requeue_after is not None:
             self.kick_later(key, dec.requeue_after + REQUEUE_SLACK_SECONDS)
 
-    async def _write_status(self, key: Key, view: lifecycle.JobView, dec: lifecycle.Decision, uid: str) -> bool:
-        """The decided status as a merge patch of what differs (no write when nothing does); False: the job is gone."""
+    async def _write_status(self, key: Key, body: dict[str, Any], view: lifecycle.JobView, dec: lifecycle.Decision,
+                            uid: str) -> bool:
+        """The decided status as a merge patch of what differs (no write when nothing does), conditional on the
+        resourceVersion it was decided from; False: nothing more to do in this pass (the job is gone, or it changed
+        meanwhile and is decided again from its current version)."""
         if dec.status is None:
             return True
         assert self.kube is not None
@@ -248,11 +264,15 @@ class Controller:
         patch = progress_mod.fix_progress_patch(lifecycle.status_patch(old, dec.status), old)
         if not patch:
             return True
+        rv = (body.get("metadata") or {}).get("resourceVersion")
         try:
             async with self._sem:
-                resp = await self.kube.patch_status("GRPOJob", key[0], key[1], patch)
+                resp = await self.kube.patch_status("GRPOJob", key[0], key[1], patch, resource_version=rv)
         except kube.NotFound:
             self.forget(key)
+            return False
+        except kube.Conflict:
+            await self._refresh(key, uid)
             return False
         self.stats["status_writes"] += 1
         carried = carried and "progress" in patch
@@ -263,6 +283,20 @@ class Controller:
         if isinstance(resp, dict) and (resp.get("metadata") or {}).get("uid") == uid:
             self.observe_job(resp)
         return True
+
+    async def _refresh(self, key: Key, uid: str) -> None:
+        """After a 409 on a status write (a user's edit, another replica's write): the current version into the cache
+        and another pass, instead of acting on a decision made from an older one."""
+        assert self.kube is not None
+        try:
+            async with self._sem:
+                current = await self.kube.get("GRPOJob", key[0], key[1])
+        except kube.NotFound:
+            self.forget(key)
+            return
+        if (current.get("metadata") or {}).get("uid") == uid:
+            self.observe_job(current)
+            self.kick(key)
 
     async def _send_deletes(self, key: Key, body: dict[str, Any], dec: lifecycle.Decision,
                             pods: list[lifecycle.PodInfo]) -> None:

@@ -26,6 +26,22 @@ MERGE_PATCH = "application/merge-patch+json"
 # Leader election's fence (leader.Elector.fence), called before every write: it raises or exits when this replica
 # does not hold the Lease (or could not renew it in time). None: no leader election, every write goes.
 _fence: Optional[Callable[[], None]] = None
+FENCED = {"fenced": True}  # the trace context of a write that must pass the fence when it is sent
+
+
+async def _fence_at_send(_session: Any, ctx: Any, _params: Any) -> None:
+    """On a connection handed to a request (reused or new), i.e. after any wait for the pool and on every attempt
+    (the 401 re-login's too): nothing but synchronous code runs from here to the socket write. A check before the wait
+    would let a write queued behind the pool, or paused with the process, go out after the lease was lost."""
+    if _fence is not None and ctx.trace_request_ctx is FENCED:
+        _fence()
+
+
+def _fence_trace() -> aiohttp.TraceConfig:
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(_fence_at_send)
+    trace.on_connection_create_end.append(_fence_at_send)
+    return trace
 
 
 def set_fence(check: Optional[Callable[[], None]]) -> None:
@@ -116,7 +132,8 @@ class Kube:
         info = self._info
         ssl_ctx = info.as_ssl_context() if info.server.startswith("https") else False
         conn = aiohttp.TCPConnector(ssl=ssl_ctx, limit=limit)
-        return aiohttp.ClientSession(connector=conn, headers=info.as_http_headers(), **options)
+        return aiohttp.ClientSession(connector=conn, headers=info.as_http_headers(), trace_configs=[_fence_trace()],
+                                     **options)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -159,15 +176,16 @@ class Kube:
 
     async def request(self, method: str, path: str, *, body: Any = None, params: Optional[dict] = None,
                       content_type: str = "application/json", decode: bool = True, fenced: bool = True) -> Any:
-        if fenced and method != "GET" and _fence is not None:
-            _fence()  # the one check before any write: a replica that lost (or never held) the Lease writes nothing
+        fence = fenced and method != "GET"
+        if fence and _fence is not None:
+            _fence()  # early, so a standby fails fast; the check that counts is at the moment of sending
         url = self._info.server.rstrip("/") + path
         if params:
             url += "?" + urlencode(params)
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         for attempt in (0, 1):
             try:
-                async with self.session.request(method, url, data=data,
+                async with self.session.request(method, url, data=data, trace_request_ctx=FENCED if fence else None,
                                                 headers={"Content-Type": content_type, "Accept": "application/json"}) as resp:
                     raw = await resp.read()
                     status, http_reason = resp.status, resp.reason
@@ -226,9 +244,15 @@ class Kube:
         except NotFound:
             return False
 
-    async def patch_status(self, kind: str, namespace: str, name: str, status_patch: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("PATCH", path_for(kind, namespace, name, "status"),
-                                  body={"status": status_patch}, content_type=MERGE_PATCH)
+    async def patch_status(self, kind: str, namespace: str, name: str, status_patch: dict[str, Any],
+                           resource_version: Optional[str] = None) -> dict[str, Any]:
+        """A merge patch of the status; with `resource_version`, conditional on it (the server answers 409 Conflict when
+        the object changed since: the status was decided from an older version, or another replica wrote)."""
+        body: dict[str, Any] = {"status": status_patch}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return await self.request("PATCH", path_for(kind, namespace, name, "status"), body=body,
+                                  content_type=MERGE_PATCH)
 
     async def post_event(self, namespace: str, event: dict[str, Any]) -> None:
         await self.request("POST", path_for("Event", namespace), body=event, decode=False)

@@ -8,11 +8,16 @@ The rules (controller-runtime's timings, 15/10/2 s by default):
   * a standby takes the Lease over only after its (holderIdentity, renewTime) stayed unchanged for the Lease's
     duration on the standby's *own monotonic clock* (no clock-skew dependence), or at once when it has no holder;
   * every write of the Lease is a PUT carrying the resourceVersion read: of two standbys racing, one gets a 409;
-  * the holder renews every retry period; a holder whose last successful renew is older than the renew deadline has
-    lost: it exits non-zero (never pauses and resumes: its caches and expectations would be stale);
-  * fencing: the one place that writes to the API (kube.Kube.request) calls `fence()` first; it exits when the renew
-    deadline has passed, which catches a process that was stopped (SIGSTOP, a GC stall, a frozen VM) before its renew
-    task got to run. What remains is the few milliseconds between that check and the bytes leaving.
+  * the holder renews every retry period, each renew bounded by what is left of the renew deadline (a hung request
+    never outlives it); a holder whose last successful renew is older than the renew deadline has lost: it exits
+    non-zero (never pauses and resumes: its caches and expectations would be stale);
+  * `on_leading` (the new leader's login and re-list) runs beside the renew loop, so a slow re-list cannot starve the
+    renewals; a failing one is retried with backoff, and a replica that could not start leading within the lease
+    duration gives the Lease up and exits, so that a standby takes over instead of a leader that reconciles nothing;
+  * fencing: every write calls `fence()` at the moment its request gets a connection, after any wait for the pool and
+    on every retry (kube.py); it exits when the renew deadline has passed, which catches a process that was stopped
+    (SIGSTOP, a GC stall, a frozen VM) before its renew task got to run. What remains is the synchronous step from
+    that check to the socket write; status writes carry the resourceVersion they were decided from as the backstop.
 The decisions are pure functions of (record, times) below; `Elector` does the I/O.
 """
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import math
 import os
 import socket
 import sys
@@ -36,6 +42,7 @@ log = logging.getLogger("grpo_operator.leader")
 
 LEASE_API = "/apis/coordination.k8s.io/v1"
 EXIT_LOST = 3  # the exit status of a replica that lost its lease
+FIRST_BACKOFF = 0.2  # seconds before the first retry of a failed on_leading; doubles up to the retry period
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,16 @@ def may_act(leading: bool, last_renew: float, now: float, timing: Timing) -> boo
     return leading and now - last_renew < timing.renew_deadline
 
 
+def lease_seconds(timing: Timing) -> int:
+    """leaseDurationSeconds is an integer: round up, so that a standby never waits less than the holder counts on."""
+    return max(1, math.ceil(timing.lease))
+
+
+def time_left(last_renew: float, now: float, timing: Timing) -> float:
+    """Seconds a holder may still act (and has to renew in) before its renew deadline."""
+    return last_renew + timing.renew_deadline - now
+
+
 def micro_time(at: Optional[dt.datetime] = None) -> str:
     """A MicroTime as the API server writes it."""
     return (at or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -134,6 +151,7 @@ class Elector:
         self.observed = Observed()
         self.acquired_at: Optional[float] = None  # wall-clock, for the log and the tests
         self.acquire_time = ""  # the Lease's acquireTime as we wrote it
+        self.leading_task: Optional[asyncio.Task[None]] = None  # on_leading, beside the renew loop
 
     @property
     def path(self) -> str:
@@ -162,18 +180,24 @@ class Elector:
                 return
             try:
                 if self.leading:
-                    await self._renew()
+                    # a hard deadline: a renew still unanswered when the deadline passes is abandoned and the check
+                    # above ends the replica (request timeouts alone, plus a re-read on conflict, outlive the lease)
+                    await asyncio.wait_for(self._renew(), self._left())
                 else:
                     await self._try_acquire()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # an API hiccup: retry; the renew deadline decides when a holder gives up
                 log.warning("leader election: %s: %s", type(exc).__name__, exc)
-            await asyncio.sleep(self.timing.retry)
+            # a holder wakes up at its deadline at the latest, to end itself there rather than a retry period later
+            await asyncio.sleep(min(self.timing.retry, max(self._left(), 0.0)) if self.leading else self.timing.retry)
+
+    def _left(self) -> float:
+        return time_left(self.last_renew, self.clock(), self.timing)
 
     def _spec(self, transitions: int, acquire: bool) -> dict[str, Any]:
         now = micro_time()
-        spec: dict[str, Any] = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.timing.lease),
+        spec: dict[str, Any] = {"holderIdentity": self.identity, "leaseDurationSeconds": lease_seconds(self.timing),
                                 "renewTime": now, "leaseTransitions": transitions}
         if acquire:
             self.acquire_time = now
@@ -214,7 +238,28 @@ class Elector:
         log.info("leader election: %s acquired lease %s/%s (transition %d, previous holder %r)", self.identity,
                  self.namespace, self.name, self.record.transitions, rec.holder if rec else None)
         if self.on_leading is not None:
-            await self.on_leading()
+            self.leading_task = asyncio.get_running_loop().create_task(self._start_leading(self.on_leading),
+                                                                       name="leader-on-leading")
+
+    async def _start_leading(self, on_leading: Callable[[], Awaitable[None]]) -> None:
+        """on_leading until it succeeds, with backoff; one that keeps failing for the lease duration gives the Lease up
+        and ends the replica: a standby with a working API view takes over rather than a leader that acts on nothing."""
+        give_up_at, delay = self.clock() + self.timing.lease, FIRST_BACKOFF
+        while self.leading:
+            try:
+                await on_leading()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {exc}"
+            if self.clock() + delay >= give_up_at:
+                await self.release()
+                self.lost(f"could not start leading within the lease duration ({why})")
+                return
+            log.warning("leader election: starting to lead failed (%s); retrying in %.1f s", why, delay)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, self.timing.retry)
 
     async def _renew(self) -> None:
         assert self.record is not None

@@ -1,4 +1,4 @@
-"""A create the API server refuses (quota, PodSecurity, an invalid object, a webhook's denial): a `FailedCreate`
+"""A create the API server refuses (quota, PodSecurity, an invalid object, a webhook's denial or failure): a `FailedCreate`
 Warning Event on the job with the server's own message, at most once a minute per object, and a record the next
 pass hands the lifecycle (JobView.create_refused), which makes it condition CreateFailed (lifecycle/create.py). The
 reconcile retries with the work queue's backoff; a successful create drops the record. Before this a refused pod
@@ -26,8 +26,10 @@ class _Controller(Protocol):
 
 
 def refused(exc: kube.ApiError) -> bool:
-    """A refusal (the request itself is wrong or not allowed), not a conflict, a throttle or a transient error."""
-    return 400 <= exc.status < 500 and exc.status not in (401, 408, 409, 429)
+    """A refusal (the request itself is wrong or not allowed, or the server failed it: a failing third-party admission
+    webhook is a 500), not a conflict or a throttle. A 5xx may pass on its own: the condition clears once a create
+    goes through."""
+    return exc.status >= 500 or (400 <= exc.status < 500 and exc.status not in (401, 408, 409, 429))
 
 
 def report(controller: _Controller, key: tuple[str, str], obj: dict[str, Any], exc: kube.ApiError,

@@ -18,6 +18,16 @@ def note_conflicts(draft: Draft) -> bool:
     return False
 
 
+def start(draft: Draft) -> None:
+    """status.startTime (the anchor of runPolicy.activeDeadlineSeconds), once; not while the API server refuses this
+    job's creates (nothing was created)."""
+    if draft.status.startTime is None and not draft.job.create_refused:
+        draft.status.startTime = fmt_time(draft.now)
+        deadline = draft.spec.runPolicy.activeDeadlineSeconds
+        if deadline is not None:
+            draft.decision.requeue(deadline)
+
+
 def create_pods(draft: Draft) -> bool:
     """The current attempt's missing pods, unless the gang already started (then a missing pod is a failure)."""
     attempt, expected, conflicts = draft.pods.attempt, draft.expected, draft.conflict_names
@@ -34,12 +44,10 @@ def create_pods(draft: Draft) -> bool:
         if set(missing) & set(expected[draft.nodes:]):  # a vLLM server too (its own group: server_order.gang_groups)
             draft.decision.kueue_server_group = draft.gang.group_of_new_pods(
                 draft.pods.ours, draft.job.name, draft.job.uid, attempt, ROLE_VLLM)
-        if draft.status.startTime is None:
-            draft.status.startTime = fmt_time(draft.now)
-            deadline = draft.spec.runPolicy.activeDeadlineSeconds
-            if deadline is not None:
-                draft.decision.requeue(deadline)
-        if not conflicts:
+        # while the API server refuses this job's creates, nothing was created: no start, no Created claim (the
+        # controller sends a job's first creates before the status that claims them, so a refusal stops that too)
+        start(draft)
+        if not conflicts and not draft.job.create_refused:
             draft.set(ConditionType.CREATED, "True", Reason.PODS_CREATED, created)
         if restarting:
             draft.set(ConditionType.RESTARTING, "False", Reason.PODS_RECREATED, recreated)
@@ -47,6 +55,7 @@ def create_pods(draft: Draft) -> bool:
         draft.current += [PodInfo(name=n, attempt=attempt, owner_uid=draft.job.uid, synthetic=True,
                                   role=ROLE_VLLM if n in servers else ROLE_TRAINER) for n in missing]
     elif not missing and not conflicts and draft.current:
+        start(draft)  # the pods exist: after refused creates, the job starts when they finally went through
         if not draft.is_true(ConditionType.CREATED):
             draft.set(ConditionType.CREATED, "True", Reason.PODS_CREATED, created)
         if restarting:

@@ -57,7 +57,7 @@ def _create_servers(draft: Draft, missing: list[str]) -> None:
     draft.decision.create_pods = missing
     draft.decision.kueue_server_group = draft.gang.group_of_new_pods(draft.pods.ours, draft.job.name, draft.job.uid,
                                                                      attempt, ROLE_VLLM)
-    if draft.status.startTime is None:
+    if draft.status.startTime is None and not draft.job.create_refused:  # refused: nothing created, not started
         draft.status.startTime = fmt_time(draft.now)
         deadline = draft.spec.runPolicy.activeDeadlineSeconds
         if deadline is not None:

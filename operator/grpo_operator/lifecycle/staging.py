@@ -250,7 +250,7 @@ def stage(draft: Draft) -> bool:
     elif d.action == Action.CREATE:
         draft.decision.create_attempt = draft.pods.attempt
         draft.decision.create_pods = [d.pod or render_initializer.pod_name(draft.job.name)]
-        if status.startTime is None:  # the download counts towards runPolicy.activeDeadlineSeconds
+        if status.startTime is None and not draft.job.create_refused:  # the download counts towards the deadline
             status.startTime = fmt_time(draft.now)
     if d.condition is not None and d.action != Action.RETRY:
         draft.set(CONDITION, "False", d.condition["reason"], message)

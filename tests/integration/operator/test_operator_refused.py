@@ -150,3 +150,53 @@ def test_a_pod_policy_refusal_is_a_condition_until_the_spec_complies(crd, kubect
             assert "refused" not in (st.get("message") or ""), st
         finally:
             op.stop()
+
+
+def test_a_failing_admission_webhook_is_a_condition_and_no_start_is_claimed(crd, kubectl, k8s_namespace,
+                                                                            tmp_path) -> None:
+    """Finding (issue 27, Low): 5xx create refusals (a failing third-party webhook) got no Event or condition, and
+    `Created=True`/`startTime` were written before any create succeeded. A webhook for pods whose server is down
+    (failurePolicy Fail: the API server answers every pod create with a 500): CreateFailed with the server's words,
+    a FailedCreate Event, no startTime, no Created=True; once the webhook is gone, the pods, the start and Created."""
+    from tests.support.cluster.util import free_port
+
+    k, ns = kubectl, k8s_namespace
+    name, label = f"down-{ns}.grpo.dev", f"down-webhook-{ns}"
+    k("label", "namespace", ns, f"{label}=on")
+    k.apply([{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+              "metadata": {"name": name},
+              "webhooks": [{"name": name, "clientConfig": {"url": f"https://127.0.0.1:{free_port()}/validate"},
+                            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                       "resources": ["pods"], "scope": "Namespaced"}],
+                            "namespaceSelector": {"matchLabels": {label: "on"}}, "failurePolicy": "Fail",
+                            "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 2}]}])
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    wait_until(lambda: "failed calling webhook" in k.create(probe, "-n", ns, "--dry-run=server", check=False).stderr,
+               30, 0.2, what="the failing webhook enforced")
+    op = OperatorProcess(crd.kubeconfig, tmp_path, "--namespace", ns)
+    op.start(wait=False)
+    try:
+        k.apply([manifest("down", nodes=2, deadline=3600)], "-n", ns)
+        try:
+            st = wait_job(k, ns, "down", lambda s: _create_failed(s).get("status") == "True", timeout=60,
+                          what="condition CreateFailed")["status"]
+        except AssertionError:
+            print(op.log(60))
+            raise
+        c = _create_failed(st)
+        assert "500" in c["message"] and "failed calling webhook" in c["message"], c
+        assert "startTime" not in st, st
+        assert not any(x["type"] == "Created" and x["status"] == "True" for x in st["conditions"]), st
+        events = k.json("get", "events", "-n", ns, "--field-selector", "involvedObject.name=down")["items"]
+        assert any(e["reason"] == "FailedCreate" and "failed calling webhook" in e["message"] for e in events)
+
+        k("delete", "validatingwebhookconfiguration", name)  # the webhook's owner fixes it
+        wait_pods(k, ns, "down", 2, timeout=60)
+        st = wait_job(k, ns, "down", lambda s: _create_failed(s).get("status") == "False", timeout=30,
+                      what="condition CreateFailed cleared")["status"]
+        assert st.get("startTime") and any(x["type"] == "Created" and x["status"] == "True"
+                                           for x in st["conditions"]), st
+    finally:
+        k("delete", "validatingwebhookconfiguration", name, "--ignore-not-found", check=False)
+        op.stop()

@@ -190,3 +190,125 @@ def test_bad_leader_election_settings(monkeypatch: pytest.MonkeyPatch, capsys: p
     with pytest.raises(SystemExit) as exc:
         main.parse_args(argv)
     assert exc.value.code == 2 and words in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- issue 27: takeover, renew deadline, fencing at send
+def test_lease_duration_is_rounded_up_not_truncated() -> None:
+    """Finding (issue 27, Low): `leaseDurationSeconds=int(lease)` truncates: a 6.5 s lease was written as 6, so a
+    standby could take over half a second before the holder's own deadline."""
+    e = leader.Elector(FakeLeases(), "ns", "l", identity="a",  # type: ignore[arg-type]
+                       timing=Timing(lease=6.5, renew_deadline=4, retry=1))
+    assert e._spec(0, True)["leaseDurationSeconds"] == 7
+
+
+class Flaky:
+    """An on_leading whose first `fails` calls raise (a re-list that times out, a 429/5xx, a 410), each advancing the
+    elector's clock by `step` seconds."""
+
+    def __init__(self, clock: Clock, fails: int, step: float = 0.0) -> None:
+        self.clock, self.fails, self.step, self.calls = clock, fails, step, 0
+
+    async def __call__(self) -> None:
+        self.calls += 1
+        self.clock.now += self.step
+        if self.calls <= self.fails:
+            raise kube_mod.ApiError(503, "ServiceUnavailable", "list failed")
+
+
+async def wait_task(e: leader.Elector) -> None:
+    assert e.leading_task is not None
+    await asyncio.wait_for(e.leading_task, 10)
+
+
+@pytest.mark.asyncio
+async def test_a_failed_takeover_relist_is_retried() -> None:
+    """Finding (issue 27, High 2): a failed re-list at takeover left a leader that reconciles nothing: on_leading's
+    error was swallowed by the elector's catch-all and never retried while the Lease kept being renewed."""
+    leases, clock, lost = FakeLeases(), Clock(), []
+    flaky = Flaky(clock, fails=2)
+    e = leader.Elector(leases, "ns", "lease", identity="b", timing=T,  # type: ignore[arg-type]
+                       on_leading=flaky, on_lost=lost.append, clock=clock)
+    await e._try_acquire()
+    await wait_task(e)
+    assert flaky.calls == 3 and e.leading and not lost
+
+
+@pytest.mark.asyncio
+async def test_a_takeover_that_cannot_start_leading_gives_the_lease_up() -> None:
+    """Finding (issue 27, High 2): past the lease duration of failed re-lists the replica releases the Lease and ends,
+    so that a standby takes over (before: it kept renewing a Lease it did nothing with)."""
+    leases, clock, lost = FakeLeases(), Clock(), []
+    flaky = Flaky(clock, fails=1000, step=4.0)  # every attempt takes 4 s of the 15 s lease
+    e = leader.Elector(leases, "ns", "lease", identity="b", timing=T,  # type: ignore[arg-type]
+                       on_leading=flaky, on_lost=lost.append, clock=clock)
+    await e._try_acquire()
+    await wait_task(e)
+    assert 3 <= flaky.calls <= 4, flaky.calls
+    assert lost and "could not start leading" in lost[0] and "list failed" in lost[0]
+    assert not e.leading and leases.lease is not None and leases.lease["spec"]["holderIdentity"] is None
+    standby = elector(leases, "c", clock, [])
+    await standby._try_acquire()
+    assert standby.leading  # at once: released, not left to expire
+
+
+class SlowLeases(FakeLeases):
+    """A Lease API whose answers to the holder's renewals take `delay` seconds (None: never come)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delay: Optional[float] = 0.0
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        if method == "PUT" and self.lease is not None:
+            if self.delay is None:
+                await asyncio.Event().wait()
+            await asyncio.sleep(self.delay)
+        return await super().request(method, path, **kw)
+
+
+FAST = Timing(lease=1.5, renew_deadline=1.0, retry=0.05)
+
+
+@pytest.mark.asyncio
+async def test_renewals_go_on_while_on_leading_runs() -> None:
+    """Finding (issue 27, Medium 5): renewals waited while on_leading ran (login, full re-list): a re-list longer than
+    the renew deadline made every new leader exit."""
+    leases, lost = SlowLeases(), []
+    relist_done = asyncio.Event()
+
+    async def slow_relist() -> None:
+        await relist_done.wait()
+
+    e = leader.Elector(leases, "ns", "lease", identity="a", timing=FAST,  # type: ignore[arg-type]
+                       on_leading=slow_relist, on_lost=lost.append)
+    task = asyncio.create_task(e.run())
+    try:
+        await asyncio.sleep(2 * FAST.lease)  # the re-list takes longer than the lease
+        assert e.leading and not lost and leases.writes >= 10
+        relist_done.set()
+        await wait_task(e)
+    finally:
+        task.cancel()
+
+
+@pytest.mark.asyncio
+async def test_a_hung_renew_ends_the_holder_at_its_renew_deadline() -> None:
+    """Finding (issue 27, Medium 6): a renew had no deadline of its own: request timeouts (two of them with the re-read
+    after a conflict) plus retry sleeps outlived the lease, while the holder still counted as leading."""
+    leases, lost = SlowLeases(), []
+    e = leader.Elector(leases, "ns", "lease", identity="a", timing=FAST,  # type: ignore[arg-type]
+                       on_lost=lost.append)
+    task = asyncio.create_task(e.run())
+    try:
+        for _ in range(200):
+            if e.leading:
+                break
+            await asyncio.sleep(0.01)
+        leases.delay = None  # from now on every renew hangs
+        hung = asyncio.get_running_loop().time()
+        await asyncio.wait_for(task, 5)
+        took = asyncio.get_running_loop().time() - hung
+        assert lost and not e.leading
+        assert took < FAST.lease, took  # gone before a standby could take over
+    finally:
+        task.cancel()

@@ -43,9 +43,22 @@ def test_a_refusal_is_one_warning_event_per_window() -> None:
 
 def test_conflicts_and_throttling_are_not_refusals() -> None:
     c = _Controller()
-    for status in (409, 429, 401, 500):
+    for status in (409, 429, 401):
         refused.report(c, ("ns", "j"), POD, kube.ApiError(status, "X", "y"), JOB)
     assert c.events.recorded == [] and c.refused_creates == {}
+
+
+def test_a_failing_admission_webhook_is_reported_like_a_refusal() -> None:
+    """Finding (issue 27, Low): 5xx create refusals (a failing third-party webhook) got no Event or condition: the job
+    looked Pending with nothing said."""
+    c = _Controller()
+    message = ('Internal error occurred: failed calling webhook "policy.example.com": Post '
+               '"https://policy.example.svc:443/validate": dial tcp 10.0.0.7:443: connect: connection refused')
+    refused.report(c, ("ns", "j"), POD, kube.ApiError(500, "InternalError", message), JOB)
+    assert len(c.events.recorded) == 1
+    event = c.events.recorded[0][1]
+    assert event.reason == "FailedCreate" and "500" in event.message and "failed calling webhook" in event.message
+    assert c.refused_creates == {("ns", "j"): event.message}
 
 
 

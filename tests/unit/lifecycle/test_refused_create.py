@@ -51,3 +51,14 @@ def test_without_a_record_the_condition_stays_until_the_pods_exist() -> None:
 def test_a_job_never_refused_has_no_create_failed_condition() -> None:
     assert cond(decide(None, [], None)) == {}
     assert cond(decide(None, [pod(0), pod(1)], None)) == {}
+
+
+def test_while_creates_are_refused_no_start_and_no_created_claim() -> None:
+    """Finding (issue 27, Low): `Created=True` and `startTime` were written before any create succeeded: a job whose
+    every pod create a webhook refused said "attempt 0: 2 pod(s)" created, and its activeDeadlineSeconds ran."""
+    refused = decide(None, [], MESSAGE).status
+    assert refused is not None and "startTime" not in refused
+    assert (lc.get_condition(refused.get("conditions") or [], "Created") or {}).get("status") != "True"
+    created = decide(refused, [pod(0), pod(1)], None).status  # the pods went through at last
+    assert created is not None and created["startTime"] == T0.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert lc.get_condition(created["conditions"], "Created")["status"] == "True"

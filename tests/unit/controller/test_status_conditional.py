@@ -1,0 +1,146 @@
+"""What a pass writes, and in which order (controller/handlers.py): status writes are conditional on the
+resourceVersion they were decided from (a 409 means the job changed meanwhile — a user's edit, another replica's
+write: nothing of that pass is sent, the current version is read and the job decided again); a job's first creates
+go before the status that records its start."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional
+
+import pytest
+
+from grpo_operator import lifecycle
+from grpo_operator.controller import handlers, kube
+from grpo_operator.controller.settings import Settings
+from tests.support.jobs import job_body, pod_body
+
+RUNNING = {"phase": "Running", "startTime": "2030-01-01T00:00:00Z", "observedGeneration": 1, "restarts": 0,
+           "conditions": [{"type": "Created", "status": "True", "reason": "PodsCreated", "message": "attempt 0",
+                           "lastTransitionTime": "2030-01-01T00:00:00Z"}]}
+
+
+class Pods:
+    synced = True
+
+    def __init__(self, bodies: list[dict[str, Any]]) -> None:
+        self.infos = [(lifecycle.pods.summarize_pod(b), None) for b in bodies]
+
+    def of(self, key: Any) -> list[Any]:
+        return self.infos
+
+
+class Kube:
+    def __init__(self, current: dict[str, Any], conflict: bool) -> None:
+        self.current, self.conflict = current, conflict
+        self.status_writes: list[tuple[dict[str, Any], Optional[str]]] = []
+        self.sent: list[str] = []
+
+    async def patch_status(self, kind: str, ns: str, name: str, patch: dict[str, Any],
+                           resource_version: Optional[str] = None) -> dict[str, Any]:
+        self.status_writes.append((patch, resource_version))
+        if self.conflict:
+            raise kube.Conflict(409, "Conflict", "the object has been modified")
+        return {**self.current, "status": patch}
+
+    async def get(self, kind: str, ns: str, name: str, api_version: Optional[str] = None) -> dict[str, Any]:
+        self.sent.append("GET")
+        return self.current
+
+    async def delete(self, kind: str, ns: str, name: str, **_: Any) -> bool:
+        self.sent.append(f"DELETE {name}")
+        return True
+
+    async def post_event(self, ns: str, event: dict[str, Any]) -> None:
+        self.sent.append("EVENT")
+
+    async def create(self, obj: dict[str, Any], want_body: bool = False) -> None:
+        self.sent.append(f"POST {obj['kind']}")
+        if obj["kind"] == "Pod" and self.refuse_pods:
+            raise kube.ApiError(500, "InternalError", 'Internal error occurred: failed calling webhook "policy"')
+
+    refuse_pods = False
+
+
+async def suspend_pass(conflict: bool) -> tuple[handlers.Controller, Kube, list[Any]]:
+    c = handlers.Controller(Settings(namespaces=["ns"]))
+    stale = job_body("j", nodes=2, suspend=True, status=RUNNING)
+    stale["metadata"]["resourceVersion"] = "7"
+    current = job_body("j", nodes=2, suspend=False, status=RUNNING)  # the user took the suspend back meanwhile
+    current["metadata"]["resourceVersion"] = "8"
+    k = Kube(current, conflict)
+    c.kube, c.pods = k, Pods([pod_body("j", 0), pod_body("j", 1)])  # type: ignore[assignment]
+    c.observe_job(stale)
+    passes: list[Any] = []
+
+    async def record(key: Any) -> None:  # the pass kicked again: recorded, not run
+        passes.append(key)
+
+    c.queue.work = record
+    await c.reconcile(("ns", "j"))
+    await asyncio.sleep(0.05)  # the event recorder's background sends, the queue's pass
+    return c, k, passes
+
+
+@pytest.mark.asyncio
+async def test_the_status_write_carries_the_resource_version_it_was_decided_from() -> None:
+    _, k, _ = await suspend_pass(conflict=False)
+    assert k.status_writes and k.status_writes[0][1] == "7"
+    assert k.status_writes[0][0]["phase"] == "Suspended"
+    assert sorted(s for s in k.sent if s.startswith("DELETE")) == ["DELETE j-node-0", "DELETE j-node-1"]
+
+
+@pytest.mark.asyncio
+async def test_a_conflict_sends_nothing_of_the_pass_and_decides_again_from_the_current_version() -> None:
+    """Finding (issue 27, Medium 6): status writes were unconditional merge patches (no resourceVersion backstop): a
+    decision made from an older version of the job (here: suspend, since taken back) was written and acted on."""
+    c, k, passes = await suspend_pass(conflict=True)
+    assert [rv for _, rv in k.status_writes] == ["7"]
+    assert k.sent == ["GET"]  # no pod deleted, no Event: the decision was not recorded
+    assert c.jobs[("ns", "j")]["metadata"]["resourceVersion"] == "8"
+    assert passes == [("ns", "j")]  # decided again
+
+
+@pytest.mark.asyncio
+async def test_a_refused_first_create_writes_no_status_claiming_the_start() -> None:
+    """Finding (issue 27, Low): `Created=True` and `startTime` were written before any create succeeded (the status
+    write went alongside the creates): with every pod create failing (a broken admission webhook, a 500), the job
+    said its pods were created and its activeDeadlineSeconds started."""
+    c = handlers.Controller(Settings(namespaces=["ns"]))
+    k = Kube(job_body("j", nodes=2), conflict=False)
+    k.refuse_pods = True
+    c.kube, c.pods = k, Pods([])  # type: ignore[assignment]
+    c.observe_job(job_body("j", nodes=2))
+    with pytest.raises(kube.ApiError):
+        await c.reconcile(("ns", "j"))  # the work queue retries it with backoff
+    assert "POST Pod" in k.sent and k.status_writes == []
+    assert "failed calling webhook" in c.refused_creates[("ns", "j")]
+    k.refuse_pods = False
+    await c.reconcile(("ns", "j"))  # the retry knows the refusal: CreateFailed, still no claim of a start
+    patch = k.status_writes[0][0]
+    assert "startTime" not in patch and [x["type"] for x in patch["conditions"]] == ["CreateFailed"]
+
+
+@pytest.mark.asyncio
+async def test_a_first_create_refused_before_sending_writes_no_status_claiming_the_start(monkeypatch) -> None:
+    """Finding (issue 27, Low), the same for a refusal the operator makes itself (a ConfigMap over the API server's
+    size limit is never sent): the next pass writes CreateFailed, without startTime."""
+    from grpo_operator.render import job as render_job
+
+    monkeypatch.setattr(render_job, "oversized", lambda objs: "ConfigMap j-config is over 1 MiB: shorten the spec")
+    c = handlers.Controller(Settings(namespaces=["ns"]))
+    k = Kube(job_body("j", nodes=2), conflict=False)
+    c.kube, c.pods = k, Pods([])  # type: ignore[assignment]
+    c.observe_job(job_body("j", nodes=2))
+    passes: list[Any] = []
+
+    async def record(key: Any) -> None:
+        passes.append(key)
+
+    c.queue.work = record
+    await c.reconcile(("ns", "j"))
+    await asyncio.sleep(0.05)
+    assert k.status_writes == [] and passes == [("ns", "j")] and not any(s.startswith("POST") for s in k.sent)
+    await c.reconcile(("ns", "j"))
+    patch = k.status_writes[0][0]
+    assert "startTime" not in patch and "over 1 MiB" in patch["message"]
