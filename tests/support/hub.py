@@ -1,5 +1,5 @@
 """A local Hugging Face Hub for tests: the download protocol huggingface_hub and datasets speak
-(/work/shared/notes/staging-ha-server.md, §1), served from memory on loopback.
+(the endpoints huggingface_hub's snapshot_download and datasets call), served from memory on loopback.
 
     hub = HubEmulator()
     hub.add_model("org/tiny", TINY_MODEL)            # a folder becomes one commit; returns its 40-hex sha

@@ -1,4 +1,4 @@
-"""TRL's own GRPOConfig as the test oracle, with the world size faked (see notes/trl-batch-rule.md)."""
+"""TRL's own GRPOConfig as the test oracle, with the world size faked (see docs/batch-rule.md)."""
 
 from __future__ import annotations
 

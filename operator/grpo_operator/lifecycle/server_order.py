@@ -12,7 +12,7 @@ window, so the kubelet never kills a server the operator is still waiting for.
 Restarts:
   * a retryable trainer failure restarts the trainers and keeps a Ready server: the new trainer group calls
     init_weight_transfer_engine again, which replaces the server's communicator, and TRL pushes full weights before
-    it generates (notes/staging-ha-server.md §4);
+    it generates (TRL 1.16's vllm-serve takes a new group's init as a replacement);
   * except a wedged server (server_wedged): a trainer that died inside a weight sync leaves the server's workers
     blocked in an NCCL receive, or its _weight_update_active flag set, while /health still answers 200. What the
     operator can observe decides:
@@ -27,7 +27,7 @@ Restarts:
   * a permanent trainer failure, success, suspend, the active deadline and give-up end both (decide() as before;
     ending() lists the pods).
 
-Gang admission and gang scheduling (lifecycle/gang.py, notes/gang-scheduling.md): a gang that holds the server and
+Gang admission and gang scheduling (lifecycle/gang.py, docs/scheduling.md): a gang that holds the server and
 the trainers cannot be created server-first — Kueue keeps a pod group's pods gated until all total-count pods
 exist, and a coscheduling/Volcano PodGroup holds its first pod at Permit until minMember pods are there — so the
 server-only creation would wait forever. Decision (gang_groups): the server is NOT part of the trainers' gang.

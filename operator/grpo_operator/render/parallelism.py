@@ -2,7 +2,7 @@
 
 Under torchrun neither needs `accelerate launch` nor environment variables: TrainingArguments builds the DeepSpeed
 plugin from the `deepspeed` dict and the Trainer the FSDP plugin from `fsdp` + `fsdp_config`
-(notes/scale-training.md §4). "auto" values are filled in by transformers from the other arguments, so the batch
+(checked here with the locked transformers and deepspeed). "auto" values are filled in by transformers from the other arguments, so the batch
 sizes stay those the operator validated. The configs follow TRL's shipped presets (trl/accelerate_configs)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def zero3_config(offload: str = "none") -> dict[str, Any]:
     if offload in ("optimizer", "parameters"):
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
         # the Trainer's torch AdamW steps the offloaded state on the CPU; without this DeepSpeed insists on its own
-        # CPUAdam (a JIT-compiled op) and raises ZeRORuntimeException (notes/scale-training.md §4)
+        # CPUAdam (a JIT-compiled op) and raises ZeRORuntimeException (seen with the locked deepspeed)
         config["zero_force_ds_cpu_optimizer"] = False
     if offload == "parameters":
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}

@@ -1,5 +1,5 @@
 """`grpojob run --local` stopped by Ctrl-C or SIGTERM leaves no process behind. torchrun starts each worker in a
-session of its own, so stopping the launcher's process group left the workers training (shared/notes/images.md)."""
+session of its own, so stopping the launcher's process group left the workers training (seen on this machine)."""
 
 from __future__ import annotations
 

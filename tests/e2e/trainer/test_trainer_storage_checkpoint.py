@@ -1,4 +1,4 @@
-"""Two failures a real node showed (notes/images.md, defects 2 and 5), each with its own permanent exit code and one
+"""Two failures a real node showed (docs/real-node.md), each with its own permanent exit code and one
 clear line instead of "internal error (exit 1)":
 - an output volume the trainer's user cannot write (a hostPath PV ignores fsGroup): storage error, exit 16, before
   anything is loaded;

@@ -1,4 +1,4 @@
-"""A CEL-capable CRD server: etcd + apiextensions-apiserver 1.36 (shared/notes/test-infra.md §2).
+"""A CEL-capable CRD server: etcd + apiextensions-apiserver 1.36 (built by scripts/build-kube-binaries.sh).
 
 kube-apiserver 1.20 silently drops ``x-kubernetes-validations``; this server enforces them exactly
 like a current cluster: rule messages, transition rules (``oldSelf``), and it REJECTS at CRD

@@ -1,4 +1,4 @@
-"""CPU trainer pods as a real node runs them (shared/notes/images.md): OMP_NUM_THREADS from the pod's CPUs (a fixed 4
+"""CPU trainer pods as a real node runs them (docs/real-node.md): OMP_NUM_THREADS from the pod's CPUs (a fixed 4
 made 2-core pods 4-5x slower) and no --node-rank with c10d (ignored; ranks follow host names)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The webhook as the chart runs it in a cluster (defects seen on a real node, shared/notes/images.md):
+"""The webhook as the chart runs it in a cluster (defects seen on a real node, docs/real-node.md):
 registered by Service reference, kopf must end up with the path "/validate" (it was "//validate", which the API
 server refuses, so the in-cluster operator crash-looped); a refused spec is logged at INFO, not ERROR."""
 
