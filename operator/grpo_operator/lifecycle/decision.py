@@ -36,8 +36,8 @@ from .phase import phase_from_pods
 from .pods import PodInfo
 from .restart import adopt_newest_attempt, delete_other_attempts, restart_or_fail, wait_for_previous_attempt
 from .server_wait import server_first
-from .stall import detect_stall
 from .staging import stage
+from .stall import detect_stall
 from .suspend import resume, suspend
 from .terminal import enforce_deadline, keep_terminal
 from .validity import reject_invalid
