@@ -75,6 +75,9 @@ class StallTracker:
                 continue
             job.answered.add(pod)
             job.silent.pop(pod, None)
+            listed = {x.rank for x in scrape.ranks}
+            for gone in [r for r, x in job.ranks.items() if x.pod == pod and r not in listed]:
+                del job.ranks[gone]  # its process exited (a finished rank): no heartbeat to expect
             for sample in scrape.ranks:
                 old = job.ranks.get(sample.rank)
                 moved = old is None or old.sample.heartbeat != sample.heartbeat

@@ -80,7 +80,7 @@ def find_stall(watch: StallWatch, now: _dt.datetime, explicit: Optional[int], dd
                          f"{silent:.0f}s while the pod runs", pods=(pod,))
     for r in watch.ranks:
         frozen = (now - r.beat_moved).total_seconds()
-        if frozen >= policy.heartbeat:
+        if frozen >= policy.heartbeat and r.phase != contract.PHASE_DONE:  # a finished rank may be exiting
             return Stall(reason_of(r.phase), f"rank {r.rank} (pod {r.pod}) in phase {r.phase}: heartbeat frozen for "
                          f"{frozen:.0f}s (the process is stopped or its interpreter blocked)", (r.rank,), (r.pod,))
     started = watch.step_moved is not None
@@ -107,7 +107,7 @@ def find_stall(watch: StallWatch, now: _dt.datetime, explicit: Optional[int], dd
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 
-def innermost_frames(text: str, count: int = 3) -> list[str]:
+def innermost_frames(text: str, count: int = 5) -> list[str]:
     """The first `count` frames of the thread that runs the trainer (the one whose stack reaches grpo_trainer or
     runpy; else the deepest), most recent first, as "func (file:line)"."""
     threads: list[list[str]] = []

@@ -74,3 +74,15 @@ def test_the_stack_answers_become_a_dump() -> None:
                                         "0": {"dumped": False, "phase": "generating", "stack": ""}}}), ("b", None)])
     assert [(r.rank, r.dumped, r.phase) for r in dump.ranks] == [(0, False, "generating"), (1, True, "rewards")]
     assert dump.unanswered == ("b",) and dump.attempt == 2
+
+
+def test_a_rank_whose_process_exited_is_no_frozen_heartbeat() -> None:
+    """Found by the e2e run: a rank that finished first left its last record in the watch, 'frozen', and the job
+    was restarted at its very end."""
+    t = StallTracker(StallPolicy(heartbeat=60))
+    both = progress_mod.Scrape("a", True, ranks=(progress_mod.RankSample(0, "saving", 1.0, 5.0, 60),
+                                                 progress_mod.RankSample(1, "done", 1.0, 5.0, 60)))
+    t.observe(KEY, 0, [("a", both)], 60, at(0))
+    t.observe(KEY, 0, [("a", sample(0, 9.0, "saving", 60))], 60, at(100))
+    w = t.watch(KEY)
+    assert w is not None and [r.rank for r in w.ranks] == [0]
