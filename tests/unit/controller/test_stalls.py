@@ -86,3 +86,16 @@ def test_a_rank_whose_process_exited_is_no_frozen_heartbeat() -> None:
     t.observe(KEY, 0, [("a", sample(0, 9.0, "saving", 60))], 60, at(100))
     w = t.watch(KEY)
     assert w is not None and [r.rank for r in w.ranks] == [0]
+
+
+def test_kubectl_grpo_describe_shows_the_whole_stall_message() -> None:
+    from grpo_operator.cli.kubectl_grpo import describe_text
+    from grpo_operator.client.types import Job
+    from tests.support.jobs import job_body
+
+    message = "step 5 for 400s (deadline 300s: the floor 300s); " + "x" * 120 + "; rank 1 in rewards at never_returns"
+    body = job_body("job", status={"phase": "Running", "conditions": [
+        {"type": "Stalled", "status": "True", "reason": "Rewards", "message": message,
+         "lastTransitionTime": "2030-01-01T00:00:00Z"}]})
+    text = describe_text(Job.from_dict(body), [])
+    assert f"Stall:        {message}" in text
