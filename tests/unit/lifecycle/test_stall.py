@@ -209,3 +209,23 @@ def test_steps_moving_again_clear_the_condition() -> None:
 def test_never_stalled(case: str, pods: Optional[list[lc.PodInfo]], w: Optional[StallWatch]) -> None:
     settled, dr = step(w, pods=pods)
     assert not settled and dr.condition(ConditionType.STALLED) is None and dr.decision.dump_stacks is None, case
+
+
+@pytest.mark.parametrize("run, ddp, warned", [
+    ({"stallTimeoutSeconds": 1800}, None, True),      # transformers' default ddp_timeout is 1800: torch fires first
+    ({"stallTimeoutSeconds": 900}, None, False),
+    ({"stallTimeoutSeconds": 3600}, 7200, False),     # ddpTimeout raised above it: the rule followed
+    ({"stallTimeoutSeconds": 3600, "onStall": "Ignore"}, None, False),
+    ({}, None, False),                                # derived deadlines are kept under ddpTimeout by the operator
+])
+def test_admission_warns_when_torch_would_kill_a_hung_rank_first(run: dict[str, Any], ddp: Optional[int],
+                                                                 warned: bool) -> None:
+    from grpo_operator.rules import validation
+
+    body = job_body("job", cpu=True, num_generations=2)
+    body["spec"]["runPolicy"].update(run)
+    if ddp is not None:
+        body["spec"]["training"]["ddpTimeout"] = ddp
+    res = validation.validate(body)
+    assert res.valid, res.errors
+    assert any("ddpTimeout" in w and "stallTimeoutSeconds" in w for w in res.warnings) == warned, res.warnings
