@@ -2,6 +2,8 @@
 -- Healthy: training finished (Succeeded). Progressing: waiting, running, restarting after a failure, or waiting
 -- for nodes. Degraded: Failed, Rejected (the spec is invalid; the message says how to fix it), or CreateFailed
 -- (the API server refuses the pods: quota, PodSecurity…; retried until it accepts them).
+-- Stalled (no step past its deadline and runPolicy.onStall is Ignore, or the stacks are being dumped) is
+-- Degraded; once the gang restarts it is Progressing.
 -- Suspended: spec.runPolicy.suspend is true. A started job that today's rules refuse (SpecInvalid, after an operator
 -- upgrade) keeps its health: running, the warning is added to the message.
 local hs = {}
@@ -55,6 +57,9 @@ elseif is_true("Suspended") or st.phase == "Suspended" then
 elseif is_true("Restarting") or st.phase == "Restarting" then
   hs.status = "Progressing"
   hs.message = msg("Restarting", "Restarting after a failure")
+elseif is_true("Stalled") then
+  hs.status = "Degraded"
+  hs.message = msg("Stalled", "No training progress")
 elseif is_true("CreateFailed") then
   hs.status = "Degraded"
   hs.message = msg("CreateFailed", "The API server refuses to create the job's pods")

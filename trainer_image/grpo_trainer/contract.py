@@ -64,6 +64,20 @@ STAGED_REVISIONS_ENV = "GRPO_STAGED_REVISIONS"
 DATASET_COMMITS_DIR = "grpo-commits"
 TERMINATION_LOG_ENV = "GRPO_TERMINATION_LOG"  # overrides TERMINATION_LOG (tests, local runs)
 
+# ---------------------------------------------------------------------------------------------- phases and stacks
+# What each training process is doing (grpo_trainer/phases.py), published per rank on its node's metrics endpoint
+PHASE_LOADING, PHASE_GENERATING, PHASE_REWARDS, PHASE_TRAINING = "loading", "generating", "rewards", "training"
+PHASE_SAVING, PHASE_WEIGHT_SYNC, PHASE_EVALUATING, PHASE_DONE = "saving", "weight-sync", "evaluating", "done"
+PHASES = (PHASE_LOADING, PHASE_GENERATING, PHASE_REWARDS, PHASE_TRAINING, PHASE_SAVING, PHASE_WEIGHT_SYNC,
+          PHASE_EVALUATING, PHASE_DONE)
+HEARTBEAT_SECONDS = 2.0  # each process's heartbeat thread ticks this often
+BEAT_DIR_ENV = "GRPO_BEAT_DIR"  # where a node's processes leave their beat records (default: under the temp dir)
+# POST on the metrics port: every process of the pod dumps all its threads' stacks (faulthandler, on STACKS_SIGNAL) to
+# <output>/STALLS_DIR/attempt-N/rank-R.txt; the answer is JSON {"ranks": {"R": {"file", "dumped", "stack"}}}
+STACKS_PATH = "/stacks"
+STACKS_SIGNAL_NAME = "SIGUSR1"
+STALLS_DIR = "stalls"
+
 # ---------------------------------------------------------------------------------------------- exit codes
 OK = 0
 

@@ -11,11 +11,15 @@ better than a fake 0). See docs/observability.md.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Optional
+
+from .contract import STACKS_PATH
 
 NAN = float("nan")
 
@@ -62,6 +66,7 @@ class TrainerMetrics:
             {"grpojob": job, "grpojob_namespace": namespace, "attempt": attempt, "node_rank": node_rank,
              "pod_name": pod})
         self.gauges: dict[str, Any] = {}
+        self.beat_directory = ""
         self.reward_mean = self.reward_std = None
         if global_rank0:
             for name, (_field, doc) in GAUGES.items():
@@ -82,13 +87,11 @@ class TrainerMetrics:
     # ------------------------------------------------------------------ HTTP
     def serve(self, port: int, addr: Optional[str] = None) -> bool:
         """Serve /metrics on `port` (all interfaces: the pod IP). A busy port is a warning, never a failure."""
-        from prometheus_client import start_http_server
-
         addrs = [addr] if addr else ["::", "0.0.0.0"]  # "::" also accepts IPv4 where the kernel allows dual stack
         last: Optional[Exception] = None
         for a in addrs:
             try:
-                start_http_server(port, addr=a, registry=self.registry)
+                _serve(port, a, self.app())
                 self.port = port
                 return True
             except OSError as e:  # no IPv6 in this network namespace, or the port is taken
@@ -96,6 +99,34 @@ class TrainerMetrics:
         sys.stderr.write(f"grpo_trainer: warning: cannot serve metrics on port {port} ({last}); training goes on "
                          "without them\n")
         return False
+
+    def watch_ranks(self, directory: str) -> None:
+        """Publish every local process's phase and heartbeat (phases.py's beat records in `directory`) at each scrape,
+        and answer POST /stacks by dumping their stacks."""
+        self.beat_directory = directory
+        self.registry.register(RankCollector(directory))
+
+    def app(self) -> Callable[..., Any]:
+        """The WSGI app: /metrics (Prometheus), and POST /stacks when ranks are watched."""
+        from prometheus_client import make_wsgi_app
+
+        metrics_app = make_wsgi_app(self.registry)
+        lock = threading.Lock()
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+            if environ.get("PATH_INFO") != STACKS_PATH or not self.beat_directory:
+                return metrics_app(environ, start_response)
+            if environ.get("REQUEST_METHOD") != "POST":
+                start_response("405 Method Not Allowed", [("Allow", "POST")])
+                return [b"POST only\n"]
+            from . import phases
+
+            with lock:  # one dump at a time; each writes only the pod's own stack files
+                body = json.dumps({"ranks": phases.dump_all(self.beat_directory)}).encode()
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [body]
+
+        return app
 
     # ------------------------------------------------------------------ values
     def begin(self, step: int, max_steps: int) -> None:
@@ -124,12 +155,66 @@ class TrainerMetrics:
         return generate_latest(self.registry).decode()
 
 
-def start(metrics_port: int, job: str = "", namespace: str = "") -> Optional[TrainerMetrics]:
-    """The metrics of this process: None unless a port is configured; served only by LOCAL_RANK 0."""
+def _serve(port: int, addr: str, app: Callable[..., Any]) -> None:
+    """prometheus_client's threading WSGI server (quiet handler, right address family) around our own app."""
+    from wsgiref.simple_server import make_server
+
+    from prometheus_client.exposition import ThreadingWSGIServer, _get_best_family, _SilentHandler
+
+    class Server(ThreadingWSGIServer):
+        pass
+
+    Server.address_family, addr = _get_best_family(addr, port)
+    httpd = make_server(addr, port, app, Server, handler_class=_SilentHandler)
+    threading.Thread(target=httpd.serve_forever, name="grpo-metrics", daemon=True).start()
+
+
+class RankCollector:
+    """Every local process's beat record (phases.py) as gauges, read at scrape time, labelled by global rank."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def describe(self) -> list[Any]:
+        return []  # collected at scrape time only (auto_describe would otherwise call collect() at registration)
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from .phases import read_beats
+
+        phase = GaugeMetricFamily("grpo_trainer_rank_phase", "1 for the phase a training process is in.",
+                                  labels=["rank", "phase"])
+        since = GaugeMetricFamily("grpo_trainer_rank_phase_since_timestamp_seconds",
+                                  "Unix time the process entered its current phase.", labels=["rank"])
+        beat = GaugeMetricFamily("grpo_trainer_rank_heartbeat_timestamp_seconds",
+                                 "Unix time of the process's last heartbeat (a thread ticks it every few seconds).",
+                                 labels=["rank"])
+        step = GaugeMetricFamily("grpo_trainer_rank_step", "Optimizer steps the process finished.", labels=["rank"])
+        seconds = CounterMetricFamily("grpo_trainer_phase_seconds", "Seconds the process spent in each phase.",
+                                      labels=["rank", "phase"])
+        for rec in read_beats(self.directory):
+            rank = str(rec.get("rank"))
+            phase.add_metric([rank, str(rec.get("phase"))], 1)
+            for family, key in ((since, "since"), (beat, "heartbeat"), (step, "step")):
+                value = finite(rec.get(key))
+                if value is not None:
+                    family.add_metric([rank], value)
+            for name, value in (rec.get("seconds") or {}).items():
+                if finite(value) is not None:
+                    seconds.add_metric([rank, str(name)], float(value))
+        yield from (phase, since, beat, step, seconds)
+
+
+def start(metrics_port: int, job: str = "", namespace: str = "", beat_directory: str = "") -> Optional[TrainerMetrics]:
+    """The metrics of this process: None unless a port is configured; served only by LOCAL_RANK 0 (with every local
+    process's phase and heartbeat from `beat_directory`)."""
     if not metrics_port:
         return None
     m = TrainerMetrics.from_env(job, namespace)
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        if beat_directory:
+            m.watch_ranks(beat_directory)
         m.serve(metrics_port)
     return m
 

@@ -127,8 +127,10 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     cuda = torch.cuda.is_available()
     # 0. Metrics first (local rank 0 of each node): the operator finds the rank-0 pod while the model loads.
     from . import metrics as metrics_mod
+    from . import phases
 
-    metrics = metrics_mod.start(cfg.metrics_port, cfg.job_name, cfg.job_namespace)
+    clock = phases.start(cfg.output_dir)  # every rank: its phase and heartbeat; its stacks on a signal
+    metrics = metrics_mod.start(cfg.metrics_port, cfg.job_name, cfg.job_namespace, clock.directory or "")
     # 1.-2. Cheap checks, then GRPOConfig (TRL's batch check with the real world size).
     tokenizer, reward_funcs, (train_dataset, eval_dataset), args, revision, trust = _prepare(cfg, cuda)
     # 3. The checkpoint to resume from; a job restarted after it already reached max_steps only re-saves the model
@@ -159,7 +161,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
         log("SIGTERM during setup: exiting 143 (retryable) before training")
         return PREEMPTED, None
     preemption = preempt.PreemptionCallback()
-    callbacks: list[Any] = [preemption]
+    callbacks: list[Any] = [preemption, phases.callback(clock)]
     progress = ProgressCallback(print_lines=cfg.progress, metrics=metrics) \
         if cfg.progress or metrics is not None else None
     if progress is not None:
@@ -173,6 +175,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
         if is_trl_batch_error(e):
             raise batch_error(e) from None
         raise
+    phases.instrument(trainer, clock)
     if checkpoint:
         log(f"resuming from {checkpoint}")
         guard_checkpoint_loading(trainer, checkpoint)
@@ -182,6 +185,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
             + (", checkpoint saved" if trainer.state.global_step > 0 else "") + "; exiting 143 (retryable)")
         return PREEMPTED, trainer
     _save_trained(cfg, trainer, tokenizer, progress.last if progress is not None else {}, checkpoint)
+    clock.set(phases.C.PHASE_DONE)
     return 0, trainer
 
 

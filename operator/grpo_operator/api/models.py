@@ -187,6 +187,12 @@ class RunPolicy(_Model):
     suspend: StrictBool = Field(
         default=False, description="Suspended jobs have no pods; unsuspending recreates them and resumes from the checkpoint."
     )
+    stallTimeoutSeconds: Optional[Annotated[StrictInt, Field(ge=60, le=INT32_MAX)]] = Field(
+        default=None, description="A job whose step does not advance for this many seconds is Stalled (default: "
+        "derived from its own step times; docs/operator.md).")
+    onStall: Literal["Restart", "Fail", "Ignore"] = Field(
+        default="Restart", description="What a Stalled job does once every rank's stacks are dumped: Restart (a gang "
+        "restart counted against backoffLimit, resuming from the checkpoint), Fail, or Ignore (the condition only).")
 
 
 class SecretKeyRef(_Model):

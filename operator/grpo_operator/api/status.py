@@ -53,6 +53,9 @@ class ConditionType(_Str):
     # the API server refused a create of the job's objects (quota, PodSecurity, a webhook…): the server's message,
     # retried with backoff, False once nothing is left to create (lifecycle/create.py refused_creates)
     CREATE_FAILED = "CreateFailed"
+    # no step past the job's stall deadline, or one rank's heartbeat frozen (lifecycle/stall.py); the reason names the
+    # phase it hung in (StallReason), False once steps move again
+    STALLED = "Stalled"
 
 
 class Reason(_Str):
@@ -89,6 +92,9 @@ class Reason(_Str):
     WAITING_FOR_KUEUE = "WaitingForKueue"
     ADMITTED = "Admitted"
     EVICTED_BY_KUEUE = "EvictedByKueue"
+    # Stalled=False; a stall as a failure (status.lastFailureReason, Restarting) and its Warning Event
+    PROGRESSING = "Progressing"
+    STALLED = "Stalled"
     # Events only
     TTL_EXPIRED = "TTLExpired"
     FORCE_DELETED = "ForceDeleted"
@@ -98,3 +104,18 @@ def listing(values: type[_Str]) -> str:
     """'A, B, C or D': the members of an enum, for descriptions and docs."""
     names = [v.value for v in values]
     return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+class StallReason(_Str):
+    """The Stalled condition's reason: the phase the stuck rank was in (grpo_trainer.contract.PHASES), or what failed."""
+
+    LOADING = "Loading"
+    GENERATING = "Generating"
+    REWARDS = "Rewards"
+    TRAINING = "Training"
+    SAVING = "Saving"
+    WEIGHT_SYNC = "WeightSync"
+    EVALUATING = "Evaluating"
+    DONE = "Done"
+    METRICS_UNANSWERED = "MetricsUnanswered"  # a running trainer pod's metrics endpoint stopped answering
+    UNKNOWN_PHASE = "UnknownPhase"  # an image that publishes no phases

@@ -252,6 +252,9 @@ def describe_text(job: Any, events: Sequence[Any], notes: Optional[dict[str, str
         rows += [[f"  {c.type}", c.status, c.reason or "-", _age(c.last_transition_time), c.message[:100]]
                  for c in job.conditions]
         out.append(_table(rows))
+        stall = next((c for c in job.conditions if c.type == "Stalled" and c.message), None)
+        if stall is not None:  # whole: the stuck rank's innermost frames are at its end (docs/operator.md#stalls)
+            out.append(f"Stall:        {stall.message}")
     out.append("Pods:" if job.pods else f"Pods:         <{notes.get('pods', 'none')}>")
     if job.pods:
         rows = [["  RANK", "POD", "ATTEMPT", "PHASE", "NODE", "DETAIL"]]

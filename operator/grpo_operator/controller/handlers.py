@@ -48,6 +48,7 @@ from .pod_entry import pod_entry
 from .ratelimit import RateLimiter
 from .scraper import ProgressScraper
 from .settings import Settings
+from .stalls import StackDumps, StallTracker
 from .workqueue import Key, WorkQueue
 
 log = logging.getLogger("grpo_operator")
@@ -103,8 +104,10 @@ class Controller:
         self.queue = WorkQueue(lambda key: self.reconcile(key), 2 * max(config.max_concurrent_writes, 1),
                                config.resync_seconds, lambda: self.jobs)
         self.expectations = Expectations(config.policy.expectation_ttl)
+        self.stalls = StallTracker(config.policy.stall)  # hung jobs: what the scraper saw (controller/stalls.py)
+        self.stack_dumps = StackDumps(self.stalls, self.kick)
         self.progress = ProgressScraper(config.progress_interval, self.jobs, self._endpoints, self.kick,
-                                        self.kick_later)
+                                        self.kick_later, self.stalls)
         self.events = events.EventRecorder(self._send_event)
         self.probes = EngineProbes(self.kick)  # server mode: a kept vLLM server's engine probe
         self.deletes = RateLimiter(DELETE_RESEND_SECONDS)
@@ -139,6 +142,8 @@ class Controller:
         self.progress.forget(key)
         self.refused_creates.pop(key, None)
         self.probes.forget(key)
+        self.stalls.forget(key)
+        self.stack_dumps.forget(key)
 
     def ensure_background(self) -> None:
         self.queue.start_resync()
@@ -215,9 +220,11 @@ class Controller:
         view.create_refused = self.refused_creates.get(key)
         view.engine_probe = self.probes.verdict(key)
         view.stage_progress = self.progress.stage_progress(key)
+        view.stall = self.stalls.watch(key)
         pods = self.observed_pods(key, uid)
         dec = lifecycle.decide(view, pods, lifecycle.now_utc(), self.config.policy)
         self.probes.request(key, dec.probe_server)  # a kept vLLM server's engine probe (a read: no status first)
+        self.stack_dumps.request(key, dec.dump_stacks, self._endpoints(key))  # a stalled attempt's stacks, pods kept
         k = self.kube
         # Status first when the decision deletes anything: a gang restart must never run on an unrecorded decision.
         # Creations carry their attempt in the pods themselves, so they may go alongside the status write; except a

@@ -24,6 +24,7 @@ from ..api.status import TERMINAL, Phase
 from ..lifecycle import progress as progress_mod
 from ..lifecycle import staging
 from . import metrics as opmetrics
+from .stalls import StallTracker
 
 log = logging.getLogger("grpo_operator")
 
@@ -47,11 +48,13 @@ class ProgressState:
 class ProgressScraper:
     def __init__(self, interval: float, jobs: Mapping[Key, dict[str, Any]],
                  endpoints: Callable[[Key], list[progress_mod.Endpoint]],
-                 kick: Callable[[Key], None], kick_later: Callable[[Key, float], None]):
+                 kick: Callable[[Key], None], kick_later: Callable[[Key, float], None],
+                 stalls: Optional[StallTracker] = None):
         self.interval = interval  # 0: off
         self.jobs = jobs  # the controller's job cache (read only)
         self.endpoints = endpoints  # a job's trainer pods' metrics endpoints (from the pod watch)
         self.kick, self.kick_later = kick, kick_later
+        self.stalls = stalls  # hung-job watch (controller/stalls.py): every trainer pod is scraped, not rank 0's only
         self.states: dict[Key, ProgressState] = {}
         self._task: Optional[asyncio.Task[None]] = None
         self._http: Optional[aiohttp.ClientSession] = None
@@ -150,7 +153,8 @@ class ProgressScraper:
         state = self.states.setdefault(key, ProgressState())
         if state.attempt != attempt:
             state.attempt, state.rank0_pod = attempt, None
-        targets = progress_mod.endpoints_to_scrape(self.endpoints(key), attempt, state.rank0_pod)
+        targets = progress_mod.endpoints_to_scrape(self.endpoints(key), attempt,
+                                                   None if self.stalls is not None else state.rank0_pod)
         if not targets:
             return
         async with sem:
@@ -158,6 +162,8 @@ class ProgressScraper:
         if self._running_attempt(key) != attempt:
             return  # the attempt ended while we waited (a gang restart): this is no news about the job any more
         chosen = progress_mod.choose_rank0(s for s in found if s is not None)
+        if self.stalls is not None:
+            self._watch_stall(key, attempt, targets, found, chosen)
         if chosen is None:
             if any(s is not None for s in found):
                 opmetrics.PROGRESS_SCRAPES.labels(result="no_rank0").inc()
@@ -171,6 +177,16 @@ class ProgressScraper:
         state.latest = new
         if new != current:
             self.kick(key)
+
+    def _watch_stall(self, key: Key, attempt: int, targets: list[progress_mod.Endpoint],
+                     found: list[Optional[progress_mod.Scrape]], chosen: Optional[progress_mod.Scrape]) -> None:
+        assert self.stalls is not None
+        step = chosen.values.get("step") if chosen is not None else None
+        now = lifecycle.now_utc()
+        self.stalls.observe(key, attempt, [(e.pod, f) for e, f in zip(targets, found, strict=True)],
+                            int(step) if step is not None else None, now)
+        if self.stalls.suspicious(key, now):
+            self.kick(key)  # its deadlines are the lifecycle's to check (lifecycle/stall.py)
 
     async def _fetch(self, ep: progress_mod.Endpoint) -> Optional[progress_mod.Scrape]:
         return await self._get(ep.url, lambda text: progress_mod.parse_metrics(text, ep.pod))

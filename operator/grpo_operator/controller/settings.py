@@ -8,11 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import lifecycle
+from ..lifecycle.stall_watch import StallPolicy
 from ..render import manifests, netpol
 from ..rules.limits import MAX_NODES_ENV, Limits
 from ..webhook.server import parse_service
@@ -86,7 +87,8 @@ class Settings:
                                     backoff_cap=num("GRPO_BACKOFF_CAP_SECONDS", "300"),
                                     force_delete_after=seconds_or_off(
                                         "GRPO_FORCE_DELETE_AFTER_SECONDS", e.get("GRPO_FORCE_DELETE_AFTER_SECONDS",
-                                                                                 "60"))),
+                                                                                 "60")),
+                                    stall=stall_policy(num)),
             limits=Limits(max_nodes_per_job=num(MAX_NODES_ENV, e[MAX_NODES_ENV], int)
                           if e.get(MAX_NODES_ENV, "").strip() else None),
             webhook_listen=e.get("GRPO_WEBHOOK_LISTEN") or None,
@@ -291,3 +293,17 @@ def check_leader_elect(cfg: Settings) -> Optional[str]:
         return f"--leader-elect-lease must be NAMESPACE/NAME, got {cfg.leader_elect_lease!r}"
     problem = cfg.leader_timing.problem()
     return f"environment: {problem}" if problem else None
+
+
+# GRPO_STALL_<NAME>_SECONDS (and GRPO_STALL_MULTIPLE) → lifecycle.StallPolicy's field (docs/operator.md#stalls)
+STALL_ENV = {"floor": "GRPO_STALL_FLOOR_SECONDS", "multiple": "GRPO_STALL_MULTIPLE",
+             "startup": "GRPO_STALL_STARTUP_SECONDS", "save": "GRPO_STALL_SAVE_SECONDS",
+             "heartbeat": "GRPO_STALL_HEARTBEAT_SECONDS", "unanswered": "GRPO_STALL_UNANSWERED_SECONDS",
+             "stack_wait": "GRPO_STALL_STACK_WAIT_SECONDS"}
+
+
+def stall_policy(num: Callable[[str, str], Any]) -> StallPolicy:
+    """The operator's stall defaults, each from its environment variable (a bad value: exit 2 naming it)."""
+    defaults = StallPolicy()
+    return StallPolicy(**{f: num(env, str(getattr(defaults, f))) for f, env in STALL_ENV.items()},
+                       ddp_margin=defaults.ddp_margin)

@@ -37,6 +37,7 @@ from .pods import PodInfo
 from .restart import adopt_newest_attempt, delete_other_attempts, restart_or_fail, wait_for_previous_attempt
 from .server_wait import server_first
 from .staging import stage
+from .stall import detect_stall
 from .suspend import resume, suspend
 from .terminal import enforce_deadline, keep_terminal
 from .validity import reject_invalid
@@ -61,6 +62,7 @@ STEPS: tuple[Step, ...] = (
     stage,                      # spec.cache: the download pod first; Staged=True before any server or trainer
     server_first,               # server mode: the vLLM server Ready before the trainers (its start-up deadline)
     create_pods,                # the current attempt's missing pods
+    detect_stall,               # a running attempt whose step or a rank's heartbeat stopped: Stalled, stacks, onStall
     phase_from_pods,            # Succeeded / Running / Pending from the current attempt's pods
 )
 

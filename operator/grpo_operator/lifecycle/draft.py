@@ -19,6 +19,7 @@ from . import gang_policy
 from .conditions import clear_condition, set_condition
 from .pods import ROLE_TRAINER, ROLE_VLLM, PodInfo, PodPhase, PodSets
 from .server_order import EngineProbe, ProbeVerdict
+from .stall_watch import StackRequest, StallPolicy, StallWatch
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Policy:
     # A pod still there this long after its deletionTimestamp (the end of its grace period) has no kubelet to
     # finish it: its node is lost. It is force-deleted (grace 0) so the gang can restart. None: never.
     force_delete_after: Optional[float] = 60.0
+    stall: StallPolicy = StallPolicy()  # hung-job detection defaults (lifecycle/stall.py)
 
 
 def backoff_seconds(restarts: int, policy: Policy) -> float:
@@ -68,6 +70,7 @@ class Decision:
     end_kueue_groups: list[str] = field(default_factory=list)
     job_status: Optional[api.GRPOJobStatus] = None  # the typed status (the API's own model)
     probe_server: Optional[EngineProbe] = None  # server mode: run the engine probe on a kept server (server_keep.py)
+    dump_stacks: Optional[StackRequest] = None  # a stalled attempt: ask its trainer pods for their stacks (stall.py)
 
     def requeue(self, seconds: float) -> None:
         seconds = max(seconds, 0.05)
@@ -92,6 +95,7 @@ class JobView:
     # none known (after an operator restart the next refused try records it again)
     create_refused: Optional[str] = None
     engine_probe: Optional[ProbeVerdict] = None  # server mode: the controller's last engine probe of a kept server
+    stall: Optional[StallWatch] = None  # the scraper's watch of the running attempt's trainers (None: not watched)
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], result: Optional[validation.ValidationResult] = None) -> JobView:

@@ -42,6 +42,22 @@ class MetricsParseError(ValueError):
 
 
 @dataclass(frozen=True)
+class RankSample:
+    """One training process as its node's endpoint shows it (grpo_trainer/phases.py): phase, when it entered it
+    (trainer's unix time), its last heartbeat and its step."""
+
+    rank: int
+    phase: Optional[str] = None
+    since: Optional[float] = None
+    heartbeat: Optional[float] = None
+    step: Optional[int] = None
+
+
+RANK_PHASE, RANK_SINCE = "grpo_trainer_rank_phase", "grpo_trainer_rank_phase_since_timestamp_seconds"
+RANK_BEAT, RANK_STEP = "grpo_trainer_rank_heartbeat_timestamp_seconds", "grpo_trainer_rank_step"
+
+
+@dataclass(frozen=True)
 class Scrape:
     """What one trainer pod's /metrics said."""
 
@@ -50,6 +66,7 @@ class Scrape:
     values: dict[str, float] = field(default_factory=dict)  # progress field → finite value
     rewards: dict[str, float] = field(default_factory=dict)  # reward function → finite mean
     last_log: Optional[float] = None  # unix time of the last logging step
+    ranks: tuple[RankSample, ...] = ()  # every process of the pod (an older image: none)
 
 
 def _finite(v: Any) -> Optional[float]:
@@ -68,6 +85,7 @@ def parse_metrics(text: str, pod: str = "") -> Scrape:
     values: dict[str, float] = {}
     rewards: dict[str, float] = {}
     last_log: Optional[float] = None
+    ranks: dict[int, dict[str, Any]] = {}
     try:
         families = list(text_string_to_metric_families(text))
     except Exception as exc:
@@ -85,7 +103,23 @@ def parse_metrics(text: str, pod: str = "") -> Scrape:
                     rewards[label] = v
             elif s.name in GAUGES and v is not None:
                 values[GAUGES[s.name]] = v
-    return Scrape(pod=pod, global_rank0=rank0, values=values, rewards=rewards, last_log=last_log)
+            elif s.name in _RANK_FIELDS and s.labels.get("rank", "").isdigit() and v is not None:
+                _rank_sample(ranks.setdefault(int(s.labels["rank"]), {}), s.name, s.labels, v)
+    return Scrape(pod=pod, global_rank0=rank0, values=values, rewards=rewards, last_log=last_log,
+                  ranks=tuple(RankSample(r, **f) for r, f in sorted(ranks.items())))
+
+
+_RANK_FIELDS = {RANK_PHASE: "phase", RANK_SINCE: "since", RANK_BEAT: "heartbeat", RANK_STEP: "step"}
+
+
+def _rank_sample(fields: dict[str, Any], name: str, labels: Mapping[str, str], v: float) -> None:
+    if name == RANK_PHASE:
+        if v >= 1:
+            fields["phase"] = labels.get("phase")
+    elif name == RANK_STEP:
+        fields["step"] = int(v)
+    else:
+        fields[_RANK_FIELDS[name]] = v
 
 
 def choose_rank0(scrapes: Iterable[Scrape]) -> Optional[Scrape]:

@@ -250,7 +250,21 @@ def _warnings(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any])
             and save_steps > max_steps):
         out.append(f"spec.training.saveSteps ({save_steps}) > maxSteps ({max_steps}): no checkpoint before the end, "
                    "so a failure restarts from step 0.")
-    return out
+    return out + _stall_warnings(spec, t)
+
+
+DDP_TIMEOUT_DEFAULT = 1800  # transformers' TrainingArguments.ddp_timeout
+
+
+def _stall_warnings(spec: api.GRPOJobSpec, t: dict[str, Any]) -> list[str]:
+    """torch ends a collective blocked longer than ddp_timeout by killing the process, without stacks: a stall
+    deadline at or above it never fires first (docs/operator.md#stalls)."""
+    stall, ddp = spec.runPolicy.stallTimeoutSeconds, t.get("ddp_timeout", DDP_TIMEOUT_DEFAULT)
+    if stall is None or spec.runPolicy.onStall == "Ignore" or not isinstance(ddp, int) or stall < ddp:
+        return []
+    return [f"spec.runPolicy.stallTimeoutSeconds ({stall}) is not below spec.training.ddpTimeout ({ddp}): torch's "
+            "collective timeout kills a hung rank first, without its stacks; set training.ddpTimeout to at least "
+            f"{stall + 300}."]
 
 
 def _image_problems(spec: api.GRPOJobSpec, topo: topology.Topology, t: dict[str, Any]) -> tuple[list[FieldError],

@@ -1,0 +1,175 @@
+"""Hung jobs, the I/O side: what the scraper saw of each running attempt's trainers over time (StallTracker → the
+lifecycle's StallWatch: when the step last moved, the job's recent step times, each rank's phase and when its heartbeat
+last changed, endpoints that went silent) and the stack dumps lifecycle/stall.py asks for (POST /stacks on every
+trainer pod of the attempt; the trainer's faulthandler writes them to the output volume and answers them).
+
+Why an HTTP request on the metrics port: the operator has no pods/exec (nor should it), and py-spy would need
+CAP_SYS_PTRACE, which PodSecurity "restricted" refuses. The port is already reachable from the operator only (the
+per-job NetworkPolicy); the endpoint takes no input, answers POST only, runs one dump at a time, signals only the
+pod's own training processes, and returns function names and file paths, no values."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import aiohttp
+
+from grpo_trainer import contract
+
+from ..lifecycle import progress as progress_mod
+from ..lifecycle.stall_watch import RankBeat, RankStack, StackDump, StackRequest, StallPolicy, StallWatch
+from .workqueue import Key
+
+log = logging.getLogger("grpo_operator")
+HISTORY = 20  # recent step times kept per job (the derived deadline's "slowest recent step")
+QUIET = 60.0  # a step unchanged this long makes the scraper kick the job's reconcile each round (the least deadline)
+
+
+@dataclass
+class _Rank:
+    pod: str
+    sample: progress_mod.RankSample
+    beat_moved: _dt.datetime
+
+
+@dataclass
+class _Job:
+    attempt: int
+    since: _dt.datetime
+    step: Optional[int] = None
+    step_at: Optional[_dt.datetime] = None
+    moved: bool = False  # the step advanced in this attempt
+    history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    ranks: dict[int, _Rank] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
+    silent: dict[str, _dt.datetime] = field(default_factory=dict)
+    stacks: Optional[StackDump] = None
+
+
+class StallTracker:
+    def __init__(self, policy: StallPolicy = StallPolicy()):
+        self.policy = policy
+        self.jobs: dict[Key, _Job] = {}
+
+    def forget(self, key: Key) -> None:
+        self.jobs.pop(key, None)
+
+    def observe(self, key: Key, attempt: int, results: Iterable[tuple[str, Optional[progress_mod.Scrape]]],
+                step: Optional[int], now: _dt.datetime) -> None:
+        """One scrape round of a running attempt: (pod, its scrape or None when it did not answer), the job's step."""
+        job = self.jobs.get(key)
+        if job is None or job.attempt != attempt:
+            history = job.history if job is not None else deque(maxlen=HISTORY)
+            job = self.jobs[key] = _Job(attempt, now, history=history)
+        self._step(job, step, now)
+        for pod, scrape in results:
+            if scrape is None:
+                if pod in job.answered:
+                    job.silent.setdefault(pod, now)
+                continue
+            job.answered.add(pod)
+            job.silent.pop(pod, None)
+            listed = {x.rank for x in scrape.ranks}
+            for gone in [r for r, x in job.ranks.items() if x.pod == pod and r not in listed]:
+                del job.ranks[gone]  # its process exited (a finished rank): no heartbeat to expect
+            for sample in scrape.ranks:
+                old = job.ranks.get(sample.rank)
+                moved = old is None or old.sample.heartbeat != sample.heartbeat
+                job.ranks[sample.rank] = _Rank(pod, sample, now if moved or old is None else old.beat_moved)
+
+    @staticmethod
+    def _step(job: _Job, step: Optional[int], now: _dt.datetime) -> None:
+        if step is None or step == job.step:
+            return
+        if job.step is not None and job.step_at is not None and step > job.step:
+            job.history.append((now - job.step_at).total_seconds() / (step - job.step))
+            job.moved = True
+        job.step, job.step_at = step, now
+
+    def watch(self, key: Key) -> Optional[StallWatch]:
+        job = self.jobs.get(key)
+        if job is None:
+            return None
+        ranks = tuple(RankBeat(r, x.pod, x.sample.phase, x.sample.since, x.beat_moved, x.sample.step)
+                      for r, x in sorted(job.ranks.items()))
+        return StallWatch(job.attempt, job.since, job.step, job.step_at if job.moved else None, tuple(job.history),
+                          ranks, tuple(sorted(job.silent.items())), job.stacks)
+
+    def suspicious(self, key: Key, now: _dt.datetime) -> bool:
+        """Worth a reconcile pass now (its deadlines are checked there): the step quiet for a minute, a heartbeat
+        or an endpoint quiet for half its limit. A job whose steps move costs no extra pass."""
+        job = self.jobs.get(key)
+        if job is None:
+            return False
+        quiet = (now - (job.step_at if job.moved and job.step_at else job.since)).total_seconds()
+        return quiet >= QUIET or bool(job.silent) \
+            or any((now - r.beat_moved).total_seconds() >= self.policy.heartbeat / 2 for r in job.ranks.values())
+
+    def stacks_done(self, key: Key, dump: StackDump) -> None:
+        job = self.jobs.get(key)
+        if job is not None and job.attempt == dump.attempt:
+            job.stacks = dump
+
+
+async def post_stacks(url: str, timeout: float) -> Optional[dict[str, Any]]:
+    """The pod's answer to POST /stacks ({"ranks": {...}}), or None."""
+    try:
+        async with aiohttp.ClientSession(trust_env=False, timeout=aiohttp.ClientTimeout(total=timeout)) as http:
+            async with http.post(url, allow_redirects=False) as resp:
+                if resp.status != 200:
+                    return None
+                body = await resp.json(content_type=None)
+                return body if isinstance(body, dict) else None
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+        return None
+
+
+def to_dump(attempt: int, answers: list[tuple[str, Optional[dict[str, Any]]]]) -> StackDump:
+    ranks, silent = [], []
+    for pod, answer in answers:
+        if answer is None:
+            silent.append(pod)
+            continue
+        for rank, rec in (answer.get("ranks") or {}).items():
+            if str(rank).isdigit() and isinstance(rec, dict):
+                ranks.append(RankStack(int(rank), bool(rec.get("dumped")), rec.get("phase"), str(rec.get("stack") or "")))
+    return StackDump(attempt, tuple(sorted(ranks, key=lambda r: r.rank)), tuple(silent))
+
+
+class StackDumps:
+    """One dump per job and attempt at a time; its result goes to the tracker and the job is kicked."""
+
+    def __init__(self, tracker: StallTracker, kick: Callable[[Key], None], timeout: float = 15.0):
+        self.tracker, self.kick, self.timeout = tracker, kick, timeout
+        self._tasks: dict[Key, tuple[int, asyncio.Task[None]]] = {}
+
+    def request(self, key: Key, req: Optional[StackRequest], endpoints: list[progress_mod.Endpoint]) -> None:
+        if req is None:
+            return
+        running = self._tasks.get(key)
+        if running is not None and running[0] == req.attempt:
+            return
+        targets = [e for e in endpoints if e.attempt == req.attempt and e.role == contract.ROLE_TRAINER and e.ip
+                   and e.port and e.running]
+        self._tasks[key] = (req.attempt, asyncio.get_running_loop().create_task(self._run(key, req.attempt, targets)))
+
+    async def _run(self, key: Key, attempt: int, targets: list[progress_mod.Endpoint]) -> None:
+        urls = [e.url.rsplit("/", 1)[0] + contract.STACKS_PATH for e in targets]
+        answers = await asyncio.gather(*(post_stacks(u, self.timeout) for u in urls))
+        dump = to_dump(attempt, list(zip((e.pod for e in targets), answers, strict=True)))
+        log.warning("%s/%s: stalled attempt %d: stacks of ranks %s dumped%s", key[0], key[1], attempt,
+                    [r.rank for r in dump.ranks if r.dumped], f", no answer from {list(dump.unanswered)}"
+                    if dump.unanswered else "")
+        self.tracker.stacks_done(key, dump)
+        self.kick(key)
+
+    def forget(self, key: Key) -> None:
+        entry = self._tasks.pop(key, None)
+        if entry is not None:
+            entry[1].cancel()

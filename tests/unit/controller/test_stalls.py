@@ -1,0 +1,101 @@
+"""The scraper's side of hung jobs (controller/stalls.py): the trainer's per-rank gauges parse into samples; the
+tracker turns scrape rounds into the lifecycle's StallWatch (step times, frozen heartbeats, silent endpoints) and kicks
+a reconcile only for a job that looks quiet; a stack dump's answers become a StackDump."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from grpo_operator.controller.stalls import StallTracker, to_dump
+from grpo_operator.lifecycle import progress as progress_mod
+from grpo_operator.lifecycle.stall import find_stall
+from grpo_operator.lifecycle.stall_watch import StallPolicy
+from grpo_trainer import contract as C
+from grpo_trainer import phases
+from grpo_trainer.metrics import TrainerMetrics
+
+T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+KEY = ("ns", "job")
+
+
+def at(s: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=s)
+
+
+def sample(rank: int, beat: float, phase: str = "training", step: int = 1) -> progress_mod.Scrape:
+    return progress_mod.Scrape("p", True, ranks=(progress_mod.RankSample(rank, phase, 1.0, beat, step),))
+
+
+def test_the_trainers_rank_gauges_parse_into_samples(tmp_path: Path) -> None:
+    for rank, phase in ((0, C.PHASE_TRAINING), (1, C.PHASE_REWARDS)):
+        c = phases.PhaseClock(rank, directory=str(tmp_path))
+        c.set(phase)
+        c.step = 4
+        c.publish()
+    m = TrainerMetrics(global_rank0=True)
+    m.watch_ranks(str(tmp_path))
+    got = progress_mod.parse_metrics(m.text(), "pod-0").ranks
+    assert [(r.rank, r.phase, r.step) for r in got] == [(0, "training", 4), (1, "rewards", 4)]
+    assert all(r.heartbeat and r.since for r in got)
+
+
+def test_step_times_frozen_heartbeats_and_silent_endpoints() -> None:
+    t = StallTracker(StallPolicy(heartbeat=60))
+    t.observe(KEY, 0, [("a", sample(0, 10.0)), ("b", sample(1, 10.0))], None, at(0))
+    w = t.watch(KEY)
+    assert w is not None and w.step_moved is None and w.watching_since == at(0)  # no step yet: start-up allowance
+    t.observe(KEY, 0, [("a", sample(0, 12.0)), ("b", sample(1, 10.0))], 3, at(5))
+    t.observe(KEY, 0, [("a", sample(0, 14.0)), ("b", sample(1, 10.0))], 5, at(25))  # 2 steps in 20 s
+    t.observe(KEY, 0, [("a", sample(0, 16.0)), ("b", None)], 5, at(70))  # b stops answering
+    w = t.watch(KEY)
+    assert w is not None and w.step_seconds == (10.0,) and w.step_moved == at(25) and w.step == 5
+    beats = {r.rank: r.beat_moved for r in w.ranks}
+    assert beats == {0: at(70), 1: at(0)}  # rank 1's heartbeat never changed after the first round
+    assert w.unanswered == (("b", at(70)),)
+    assert t.suspicious(KEY, at(70))
+    stall = find_stall(w, at(70), None, 1800, StallPolicy(heartbeat=60))
+    assert stall is not None and stall.ranks == (1,) and "heartbeat frozen for 70s" in stall.message
+    # a new attempt starts over, keeping the job's step times
+    t.observe(KEY, 1, [("a", sample(0, 99.0))], 5, at(80))
+    w = t.watch(KEY)
+    assert w is not None and (w.attempt, w.step_moved, w.step_seconds, w.unanswered) == (1, None, (10.0,), ())
+
+
+def test_a_job_whose_steps_move_costs_no_extra_reconcile() -> None:
+    t = StallTracker()
+    for i in range(10):
+        t.observe(KEY, 0, [("a", sample(0, float(i)))], i, at(5 * i))
+        assert not t.suspicious(KEY, at(5 * i))
+
+
+def test_the_stack_answers_become_a_dump() -> None:
+    dump = to_dump(2, [("a", {"ranks": {"1": {"dumped": True, "phase": "rewards", "stack": "x"},
+                                        "0": {"dumped": False, "phase": "generating", "stack": ""}}}), ("b", None)])
+    assert [(r.rank, r.dumped, r.phase) for r in dump.ranks] == [(0, False, "generating"), (1, True, "rewards")]
+    assert dump.unanswered == ("b",) and dump.attempt == 2
+
+
+def test_a_rank_whose_process_exited_is_no_frozen_heartbeat() -> None:
+    """Found by the e2e run: a rank that finished first left its last record in the watch, 'frozen', and the job
+    was restarted at its very end."""
+    t = StallTracker(StallPolicy(heartbeat=60))
+    both = progress_mod.Scrape("a", True, ranks=(progress_mod.RankSample(0, "saving", 1.0, 5.0, 60),
+                                                 progress_mod.RankSample(1, "done", 1.0, 5.0, 60)))
+    t.observe(KEY, 0, [("a", both)], 60, at(0))
+    t.observe(KEY, 0, [("a", sample(0, 9.0, "saving", 60))], 60, at(100))
+    w = t.watch(KEY)
+    assert w is not None and [r.rank for r in w.ranks] == [0]
+
+
+def test_kubectl_grpo_describe_shows_the_whole_stall_message() -> None:
+    from grpo_operator.cli.kubectl_grpo import describe_text
+    from grpo_operator.client.types import Job
+    from tests.support.jobs import job_body
+
+    message = "step 5 for 400s (deadline 300s: the floor 300s); " + "x" * 120 + "; rank 1 in rewards at never_returns"
+    body = job_body("job", status={"phase": "Running", "conditions": [
+        {"type": "Stalled", "status": "True", "reason": "Rewards", "message": message,
+         "lastTransitionTime": "2030-01-01T00:00:00Z"}]})
+    text = describe_text(Job.from_dict(body), [])
+    assert f"Stall:        {message}" in text
