@@ -334,7 +334,8 @@ class Controller:
         assert self.kube is not None and res.job is not None and res.topology is not None
         ns, name = key
         uid = (body.get("metadata") or {}).get("uid", "")
-        objs = render_job.render(res.job, res.topology, ns, uid=uid, image=self.config.image, attempt=attempt,
+        objs = render_job.render(res.job, res.topology, ns, uid=uid, image=self.config.image,
+                                 cpu_image=self.config.cpu_image, attempt=attempt,
                                  metrics_port=self.config.trainer_metrics_port, kueue_group=kueue_group,
                                  kueue_server_group=kueue_server_group, network_policy=self.config.network_policy())
         too_large = render_job.oversized(objs)
