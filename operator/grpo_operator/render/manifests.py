@@ -173,6 +173,15 @@ def _extra_container(c: api.ExtraContainer, sidecar: bool) -> dict[str, Any]:
     return out
 
 
+NATIVE_SIDECARS_SINCE = (1, 29)  # SidecarContainers on by default (beta); older servers drop restartPolicy
+
+
+def has_native_sidecars(obj: dict[str, Any]) -> bool:
+    """A pod with an init container of restartPolicy Always (spec.template.sidecars)."""
+    inits = (obj.get("spec") or {}).get("initContainers") or [] if obj.get("kind") == "Pod" else []
+    return any(c.get("restartPolicy") == "Always" for c in inits)
+
+
 def runtime_extras(job: api.GRPOJob) -> dict[str, Any]:
     """What spec.template adds to the pods that run the job (trainers and the vLLM server, not the download pod):
     hostNetwork (with cluster DNS kept: ClusterFirstWithHostNet unless dnsPolicy says otherwise), the grace period,
