@@ -36,6 +36,7 @@ from .base import (
     _Model,
 )
 from .parallelism import ParallelismSpec
+from .peft import MODULE_NAME, PeftSpec  # noqa: F401 (MODULE_NAME: part of the api surface)
 from .pod import (
     MAX_CONTAINERS,
     MAX_GRACE_SECONDS,
@@ -45,7 +46,6 @@ from .pod import (
     TopologySpreadConstraint,
     capability_problem,
 )
-from .peft import MODULE_NAME, PeftSpec  # noqa: F401 (MODULE_NAME: part of the api surface)
 from .vllm_server import VllmServerSpec
 
 GROUP = "grpo.dev"

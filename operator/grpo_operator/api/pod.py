@@ -42,7 +42,7 @@ class PodSecurityContext(_Model):
     """The pod-level securityContext fields a job may set; each replaces the operator's default (uid/gid/fsGroup 1000,
     non-root, seccomp RuntimeDefault), which stays for every field left unset."""
 
-    runAsUser: Optional[Annotated[StrictInt, Field(ge=1, le=INT64_MAX)]] = Field(
+    runAsUser: Optional[_Id] = Field(
         default=None, description="UID of the containers (not 0: the pods run as non-root).")
     runAsGroup: Optional[_Id] = Field(default=None, description="GID of the containers' processes.")
     fsGroup: Optional[_Id] = Field(
@@ -52,6 +52,13 @@ class PodSecurityContext(_Model):
     supplementalGroups: Optional[Annotated[list[_Id], Field(max_length=32)]] = Field(
         default=None, description="Extra GIDs of the containers' processes.")
     seLinuxOptions: Optional[SELinuxOptions] = Field(default=None, description="SELinux labels of the containers.")
+
+    @field_validator("runAsUser")
+    @classmethod
+    def _not_root(cls, v: Optional[int]) -> Optional[int]:
+        if v == 0:
+            raise ValueError("0 is root, and the pods run as non-root (runAsNonRoot): use your non-zero UID")
+        return v
 
 
 class KeyRef(_Model):
