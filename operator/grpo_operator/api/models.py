@@ -260,6 +260,14 @@ class ExtraContainer(_Model):
             raise ValueError(f"{v!r} is the name of a container the operator adds: rename it")
         return v
 
+    @field_validator("volumeMounts")
+    @classmethod
+    def _mounts(cls, v: list[K8sObject]) -> list[K8sObject]:
+        for i, m in enumerate(v):
+            if not isinstance(m.get("name"), str) or not str(m.get("mountPath", "")).startswith("/"):
+                raise ValueError(f"volumeMounts[{i}] needs a name (a volume of the pod) and an absolute mountPath")
+        return v
+
 
 class PodTemplate(_Model):
     metadata: TemplateMetadata = Field(default_factory=TemplateMetadata, description="Extra pod labels and annotations.")
@@ -322,6 +330,12 @@ class PodTemplate(_Model):
     def _pod_rules(self) -> PodTemplate:
         if self.dnsPolicy == "None" and (self.dnsConfig is None or not self.dnsConfig.nameservers):
             raise ValueError("dnsPolicy None needs dnsConfig.nameservers (at least one): the pod would have no DNS")
+        volumes = {v.get("name") for v in self.volumes} | {"tmp"}
+        for c in self.initContainers + self.sidecars:
+            missing = [m["name"] for m in c.volumeMounts if m["name"] not in volumes]
+            if missing:
+                raise ValueError(f"container {c.name} mounts {', '.join(missing)}, which is not a volume of the pod: "
+                                 "add it to spec.template.volumes (or mount tmp)")
         names = [c.name for c in self.initContainers + self.sidecars]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

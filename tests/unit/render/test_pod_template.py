@@ -165,6 +165,10 @@ def test_one_image_given_is_used_for_every_pod() -> None:
     ({"initContainers": [{"name": "trainer", "image": "busybox"}]}, ["operator adds", "rename"]),
     ({"initContainers": [{"name": "a", "image": "busybox"}], "sidecars": [{"name": "a", "image": "busybox"}]},
      ["unique"]),
+    ({"initContainers": [{"name": "warm", "image": "busybox", "volumeMounts": [{"name": "data", "mountPath": "/d"}]}]},
+     ["warm mounts data", "not a volume of the pod"]),
+    ({"initContainers": [{"name": "warm", "image": "busybox", "volumeMounts": [{"name": "tmp"}]}]},
+     ["absolute mountPath"]),
     ({"sidecars": [{"name": "logs", "image": "busybox", "securityContext": {"privileged": True}}]},
      ["sidecars[0].securityContext", "unknown field"]),
 ])
