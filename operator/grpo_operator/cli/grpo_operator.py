@@ -125,8 +125,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = parse_args(argv)
     setup_logging(cfg.json_logs, cfg.log_level)
     logging.getLogger("grpo_operator").info(
-        "grpo-operator starting: namespaces=%s webhook=%s manage=%s image=%s leader-elect=%s",
-        "*" if cfg.all_namespaces else ",".join(cfg.namespaces), cfg.webhook_listen, cfg.webhook_manage, cfg.image,
+        "grpo-operator starting: namespaces=%s webhook=%s manage=%s image=%s cpu-image=%s job-defaults=%s "
+        "leader-elect=%s", "*" if cfg.all_namespaces else ",".join(cfg.namespaces), cfg.webhook_listen,
+        cfg.webhook_manage, cfg.image, cfg.cpu_image, ",".join(sorted(cfg.limits.job_defaults)) or "none",
         cfg.leader_elect_lease if cfg.leader_elect else "off")
     # Everything imported so far lives forever: keep it out of the cyclic GC's full collections, which otherwise
     # re-scan the ~80k objects of kopf, pydantic, aiohttp and our modules every time the job cache grows.

@@ -14,7 +14,8 @@ import yaml
 from ..api import crd
 from ..render import job as render_job
 from ..render import manifests, netpol, vllm_server
-from ..rules import memory, validation
+from ..rules import defaults, memory, validation
+from ..rules.limits import NO_LIMITS, Limits
 from . import documents
 
 EXIT_OK, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
@@ -92,7 +93,7 @@ def _notes(res: validation.ValidationResult) -> list[str]:
     if not res.valid or res.job is None or res.topology is None:
         return []
     topo = res.topology
-    notes = memory.explain(res.job, topo.world_size)
+    notes = memory.explain(res.job, topo.world_size) if topo.gpu_resource else []  # GPU figures for GPU jobs only
     if res.job.spec.vllm.mode == "server":
         trainers = (f"trainers: {topo.nodes} pod(s) × {topo.gpus_per_node} {topo.gpu_resource}" if topo.gpu_resource
                     else f"trainers: {topo.nodes} pod(s) on CPU")
@@ -100,10 +101,10 @@ def _notes(res: validation.ValidationResult) -> list[str]:
     return notes
 
 
-def check_files(paths: Sequence[str], notes: Optional[list[list[str]]] = None,
+def check_files(paths: Sequence[str], notes: Optional[list[list[str]]] = None, limits: Limits = NO_LIMITS,
                 ) -> tuple[int, list[dict[str, Any]], list[list[str]]]:
     """(exit code, one JSON entry per document, the warnings of each entry); `notes`, when given, receives each
-    entry's explanations for the text output."""
+    entry's explanations for the text output. `limits`: the platform's job defaults (--defaults FILE)."""
     code = EXIT_OK
     entries: list[dict[str, Any]] = []
     warnings: list[list[str]] = []
@@ -126,7 +127,7 @@ def check_files(paths: Sequence[str], notes: Optional[list[list[str]]] = None,
             code = EXIT_UNREADABLE
             continue
         for doc in docs:
-            res = validation.validate(doc.body)
+            res = validation.validate(doc.body, limits)
             entries.append(_entry(file, documents.name_of(doc.body), res))
             warnings.append(res.warnings)
             if notes is not None:
@@ -138,9 +139,24 @@ def check_files(paths: Sequence[str], notes: Optional[list[list[str]]] = None,
     return code, entries, warnings
 
 
+def _limits(args: argparse.Namespace) -> Optional[Limits]:
+    """--defaults FILE as the operator applies the chart's jobDefaults; None (after saying why) when unreadable."""
+    if not args.defaults:
+        return NO_LIMITS
+    try:
+        with open(args.defaults, encoding="utf-8") as f:
+            return Limits(job_defaults=defaults.parse(f.read(1024 * 1024), args.defaults))
+    except (OSError, ValueError) as exc:
+        print(f"grpojob {args.command}: error: --defaults: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        return None
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     notes: list[list[str]] = []
-    code, entries, warnings = check_files(args.files, notes)
+    limits = _limits(args)
+    if limits is None:
+        return EXIT_UNREADABLE
+    code, entries, warnings = check_files(args.files, notes, limits)
     if args.output == "json":
         print(json.dumps(entries, indent=2, ensure_ascii=False))
     else:
@@ -181,10 +197,13 @@ def cmd_render(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"grpojob render: error: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
+    limits = _limits(args)
+    if limits is None:
+        return EXIT_UNREADABLE
     objects: list[dict[str, Any]] = []
     code = EXIT_OK
     for doc in docs:
-        res = validation.validate(doc.body)
+        res = validation.validate(doc.body, limits)
         if not res.valid or res.job is None or res.topology is None:
             name = documents.name_of(doc.body) or "<unnamed>"
             for e in res.errors:
@@ -192,6 +211,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             code = EXIT_UNREADABLE if res.not_a_grpojob else max(code, EXIT_INVALID)
             continue
         objects += render_job.render(res.job, res.topology, _namespace(doc.body, args.namespace), image=args.image,
+                                     cpu_image=args.cpu_image,
                                      attempt=args.attempt, network_policy=access)
     if code != EXIT_OK:
         return code
@@ -216,6 +236,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     return local_run.main(args)
 
 
+DEFAULTS_HELP = ("the platform's job defaults, as the operator applies them: a YAML spec.template, or a Helm values "
+                 "file with jobDefaults")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grpojob", description="Validate, render and run GRPOJob manifests.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -223,12 +247,17 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="validate GRPOJob documents with the webhook's own code")
     c.add_argument("files", nargs="+", metavar="FILE", help="YAML files; - reads standard input")
     c.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    c.add_argument("--defaults", metavar="FILE", help=DEFAULTS_HELP)
     c.set_defaults(func=cmd_check)
 
     r = sub.add_parser("render", help="print every object the operator would create for the job")
     r.add_argument("file", metavar="FILE", help="a YAML file; - reads standard input")
     r.add_argument("--namespace", "-n", default=None)
-    r.add_argument("--image", default=manifests.DEFAULT_TRAINER_IMAGE, help="default trainer image")
+    r.add_argument("--image", default=manifests.DEFAULT_TRAINER_IMAGE, help="trainer image of pods with GPUs "
+                   "(the operator's GRPO_TRAINER_IMAGE; default %(default)s)")
+    r.add_argument("--cpu-image", default=manifests.DEFAULT_CPU_TRAINER_IMAGE, help="trainer image of pods without "
+                   "GPUs (the operator's GRPO_TRAINER_CPU_IMAGE; default %(default)s)")
+    r.add_argument("--defaults", metavar="FILE", help=DEFAULTS_HELP)
     r.add_argument("--attempt", type=_attempt, default=0, metavar="N",
                    help="the objects of attempt N (status.restarts after N gang restarts; default 0): its pod names "
                         "under Kueue, its annotations and rendezvous id")

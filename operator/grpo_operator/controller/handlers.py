@@ -116,6 +116,7 @@ class Controller:
         self.pod_group_events = RateLimiter(POD_GROUP_EVENT_SECONDS)
         self.failed_create_events = RateLimiter(refused.EVENT_WINDOW)
         self.refused_creates: dict[Key, str] = {}  # the last refused create's message per job (refused.py)
+        self._server_version: Optional[tuple[int, int]] = None  # (major, minor), read once when a job needs it
         self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0}
         self.gate = ha.Gate(config.leader_elect)  # --leader-elect: a standby acts on nothing (ha.py)
 
@@ -379,13 +380,19 @@ class Controller:
         assert self.kube is not None and res.job is not None and res.topology is not None
         ns, name = key
         uid = (body.get("metadata") or {}).get("uid", "")
-        objs = render_job.render(res.job, res.topology, ns, uid=uid, image=self.config.image, attempt=attempt,
+        objs = render_job.render(res.job, res.topology, ns, uid=uid, image=self.config.image,
+                                 cpu_image=self.config.cpu_image, attempt=attempt,
                                  metrics_port=self.config.trainer_metrics_port, kueue_group=kueue_group,
                                  kueue_server_group=kueue_server_group, network_policy=self.config.network_policy(),
                                  staged=staged)
         too_large = render_job.oversized(objs)
         if too_large:  # the server would refuse it: say so without sending anything
             refused.note(self, key, manifests.names(name).config_map, too_large, body)
+            self.kick_later(key, POD_GROUP_RETRY_SECONDS)
+            return
+        no_sidecars = await self._native_sidecars_missing(objs)
+        if no_sidecars:
+            refused.note(self, key, name, no_sidecars, body)
             self.kick_later(key, POD_GROUP_RETRY_SECONDS)
             return
         wanted = set(pod_names)
@@ -397,6 +404,22 @@ class Controller:
         self.expectations.created(key, [p["metadata"]["name"] for p in pods], attempt)
         await asyncio.gather(*(self._create_one(key, uid, o, body) for o in pods))  # raises a refusal
         self.refused_creates.pop(key, None)  # everything was created: the next pass clears CreateFailed
+
+    async def _native_sidecars_missing(self, objs: list[dict[str, Any]]) -> Optional[str]:
+        """spec.template.sidecars are native sidecars (Kubernetes 1.29+). An older API server accepts such a pod and
+        drops the sidecar's restartPolicy, so the pod would wait in Init forever: say why instead of creating it."""
+        if not any(manifests.has_native_sidecars(o) for o in objs):
+            return None
+        assert self.kube is not None
+        if self._server_version is None:
+            info = await self.kube.request("GET", "/version")
+            self._server_version = kube.server_version(info)
+        if self._server_version >= manifests.NATIVE_SIDECARS_SINCE:
+            return None
+        since = ".".join(map(str, manifests.NATIVE_SIDECARS_SINCE))
+        return (f"spec.template.sidecars need native sidecar containers (Kubernetes {since} or newer) and this "
+                f"cluster's API server is {'.'.join(map(str, self._server_version))}: remove spec.template.sidecars "
+                "(an init container runs to completion before the trainer instead); no pod was created")
 
     async def _create_one(self, key: Key, uid: str, obj: dict[str, Any], job: Optional[dict[str, Any]] = None) -> bool:
         assert self.kube is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Optional
 from urllib.parse import quote, urlencode
@@ -256,3 +257,11 @@ class Kube:
 
     async def post_event(self, namespace: str, event: dict[str, Any]) -> None:
         await self.request("POST", path_for("Event", namespace), body=event, decode=False)
+
+
+def server_version(info: Any) -> tuple[int, int]:
+    """(major, minor) of the API server's /version answer; distributions write minor as '29+'. (0, 0) if unreadable."""
+    try:
+        return int(re.sub(r"\D", "", str(info["major"]))), int(re.sub(r"\D", "", str(info["minor"])))
+    except (KeyError, TypeError, ValueError):
+        return (0, 0)

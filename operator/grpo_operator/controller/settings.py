@@ -6,6 +6,7 @@ flag or variable (exit 2), checked before anything starts.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -15,6 +16,7 @@ from typing import Any, Optional
 from .. import lifecycle
 from ..lifecycle.stall_watch import StallPolicy
 from ..render import manifests, netpol
+from ..rules import defaults
 from ..rules.limits import MAX_NODES_ENV, Limits
 from ..webhook.server import parse_service
 from .leader import Timing
@@ -31,7 +33,8 @@ class Settings:
 
     namespaces: list[str] = field(default_factory=list)
     all_namespaces: bool = False
-    image: str = manifests.DEFAULT_TRAINER_IMAGE
+    image: str = manifests.DEFAULT_TRAINER_IMAGE  # pods with GPUs
+    cpu_image: str = manifests.DEFAULT_CPU_TRAINER_IMAGE  # pods without
     resync_seconds: float = 60.0
     policy: lifecycle.Policy = field(default_factory=lifecycle.Policy)
     limits: Limits = field(default_factory=Limits)  # the platform team's admission policy (rules/limits.py)
@@ -89,8 +92,10 @@ class Settings:
                                         "GRPO_FORCE_DELETE_AFTER_SECONDS", e.get("GRPO_FORCE_DELETE_AFTER_SECONDS",
                                                                                  "60")),
                                     stall=stall_policy(num)),
+            cpu_image=e.get("GRPO_TRAINER_CPU_IMAGE") or manifests.DEFAULT_CPU_TRAINER_IMAGE,
             limits=Limits(max_nodes_per_job=num(MAX_NODES_ENV, e[MAX_NODES_ENV], int)
-                          if e.get(MAX_NODES_ENV, "").strip() else None),
+                          if e.get(MAX_NODES_ENV, "").strip() else None,
+                          job_defaults=read_job_defaults(e.get(JOB_DEFAULTS_ENV, ""), JOB_DEFAULTS_ENV)),
             webhook_listen=e.get("GRPO_WEBHOOK_LISTEN") or None,
             webhook_host=e.get("GRPO_WEBHOOK_HOST") or None,
             webhook_manage=e.get("GRPO_WEBHOOK_MANAGE", "") in ("1", "true", "yes"),
@@ -119,6 +124,22 @@ class Settings:
             metrics_from=parse_peers("GRPO_JOB_NETWORK_POLICY_METRICS_FROM",
                                      e.get("GRPO_JOB_NETWORK_POLICY_METRICS_FROM", "")),
         )
+
+
+JOB_DEFAULTS_ENV = "GRPO_JOB_DEFAULTS_FILE"
+
+
+def read_job_defaults(path: str, name: str) -> dict[str, Any]:
+    """The platform's job defaults (the chart's jobDefaults, mounted from a ConfigMap) from the file at `path`; {}
+    when no file is named. A ValueError naming `name` and the problem otherwise."""
+    if not path.strip():
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(1024 * 1024)
+    except OSError as exc:
+        raise ValueError(f"{name}={path!r}: cannot read it ({exc.strerror})") from None
+    return defaults.parse(text, f"{name}={path}")
 
 
 def parse_peers(name: str, raw: str) -> list[dict[str, Any]]:
@@ -160,7 +181,10 @@ def parse(argv: Optional[Sequence[str]] = None) -> Settings:
         cfg = Settings.from_env()
     except ValueError as exc:
         p.error(f"environment: {exc}")  # exits 2 with the usage line, like a bad flag
-    apply_flags(cfg, p.parse_args(argv))
+    try:
+        apply_flags(cfg, p.parse_args(argv))
+    except ValueError as exc:
+        p.error(str(exc))
     problem = check(cfg)
     if problem:
         p.error(problem)
@@ -185,7 +209,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=["text", "json"], help="log format (env GRPO_LOG_FORMAT)")
     p.add_argument("--json-logs", action="store_true", default=None, help="same as --log-format=json")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING… (env GRPO_LOG_LEVEL)")
-    p.add_argument("--trainer-image", help="default trainer image (env GRPO_TRAINER_IMAGE)")
+    p.add_argument("--trainer-image", help="trainer image of pods with GPUs, the CUDA build (env GRPO_TRAINER_IMAGE)")
+    p.add_argument("--trainer-cpu-image", help="trainer image of pods without GPUs, the CPU build (env "
+                   "GRPO_TRAINER_CPU_IMAGE)")
+    p.add_argument("--job-defaults", metavar="FILE", help="platform defaults merged under every job's spec.template "
+                   "(env GRPO_JOB_DEFAULTS_FILE; the chart's jobDefaults)")
     p.add_argument("--no-controller", action="store_true", help="serve only the webhook")
     p.add_argument("--peering", metavar="NAME", help="kopf peering object for HA (env GRPO_PEERING); default standalone")
     p.add_argument("--leader-elect", action="store_true", default=None,
@@ -225,6 +253,10 @@ def apply_flags(cfg: Settings, a: argparse.Namespace) -> None:
         cfg.json_logs = False
     if a.trainer_image:
         cfg.image = a.trainer_image
+    if a.trainer_cpu_image:
+        cfg.cpu_image = a.trainer_cpu_image
+    if a.job_defaults:
+        cfg.limits = dataclasses.replace(cfg.limits, job_defaults=read_job_defaults(a.job_defaults, "--job-defaults"))
     if a.no_controller:
         cfg.controller = False
     if a.progress_interval is not None:

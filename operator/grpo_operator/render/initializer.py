@@ -41,6 +41,7 @@ def initializer_pod(job: api.GRPOJob, namespace: str, *, uid: str = "", image: s
     labels = {**spec.template.metadata.labels, **manifests._labels(job, n, contract.ROLE_INITIALIZER),
               "app.kubernetes.io/name": "grpo-initializer"}
     meta = manifests._meta(pod_name(job.metadata.name or ""), namespace, labels, job.metadata.name or "", uid)
+    meta["annotations"] = manifests.pod_annotations(job, meta)  # e.g. sidecar.istio.io/inject: "false"
     container = {
         "name": INITIALIZER_CONTAINER,
         "image": spec.image or image,
@@ -48,6 +49,7 @@ def initializer_pod(job: api.GRPOJob, namespace: str, *, uid: str = "", image: s
         "command": ["python", "-m", contract.STAGE_MODULE],
         "args": ["--config", contract.CONFIG_FILE] + (["--progress-port", str(metrics_port)] if metrics_port else []),
         "env": initializer_env(job),
+        **manifests._env_from(job),
         "resources": DEFAULT_RESOURCES,
         "securityContext": manifests._container_security(),
         **({"ports": [{"name": manifests.METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"}]}
@@ -64,7 +66,7 @@ def initializer_pod(job: api.GRPOJob, namespace: str, *, uid: str = "", image: s
             "restartPolicy": "Never",  # retries with backoff happen inside; a failed pod is the lifecycle's call
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
-            "securityContext": manifests._pod_security(),
+            "securityContext": manifests._pod_security(job),
             "containers": [container],
             "volumes": [{"name": "tmp", "emptyDir": {}},
                         {"name": "config", "configMap": {"name": n.config_map}},

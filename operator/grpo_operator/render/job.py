@@ -17,16 +17,18 @@ def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: st
            image: str = manifests.DEFAULT_TRAINER_IMAGE, attempt: int = 0,
            metrics_port: int = manifests.DEFAULT_METRICS_PORT,
            kueue_group: Optional[str] = None, kueue_server_group: Optional[str] = None,
-           network_policy: Optional[netpol.Access] = None,
-           staged: Sequence[api.StagedRevision] = ()) -> list[dict[str, Any]]:
+           network_policy: Optional[netpol.Access] = None, staged: Sequence[api.StagedRevision] = (),
+           cpu_image: Optional[str] = None) -> list[dict[str, Any]]:
     """In creation order: the job's NetworkPolicy (with `network_policy`: who else may reach the pods; None: no
     policy), ConfigMap, Service, the download pod (spec.cache with something from the Hub), the vLLM server's
     Service, the PodGroup of spec.scheduling.gang, pods (other arguments: manifests.render). `staged`: the commits
-    spec.cache's staging recorded (status.stagedRevisions), which the trainer and vLLM pods load (cache.pin)."""
+    spec.cache's staging recorded (status.stagedRevisions), which the trainer and vLLM pods load (cache.pin). The
+    download pod runs the trainers' image (manifests.pick_image): the one their nodes pull anyway."""
     objs = manifests.render(job, topo, namespace, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port,
-                            kueue_group=kueue_group, kueue_server_group=kueue_server_group)
+                            kueue_group=kueue_group, kueue_server_group=kueue_server_group, cpu_image=cpu_image)
     cache.pin(job, objs, staged)
-    objs[2:2] = initializer.render_initializer(job, namespace, uid=uid, image=image, metrics_port=metrics_port)
+    stage_image = manifests.pick_image(job, bool(topo.gpu_resource), image, cpu_image)
+    objs[2:2] = initializer.render_initializer(job, namespace, uid=uid, image=stage_image, metrics_port=metrics_port)
     if network_policy is not None:  # first: the pods never exist without it
         objs.insert(0, netpol.network_policy(job, namespace, network_policy, uid=uid, metrics_port=metrics_port))
     return objs

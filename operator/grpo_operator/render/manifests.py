@@ -21,7 +21,9 @@ from .names import pod_name as pod_name
 from .names import pod_names as pod_names
 from .podgroup import parse_quantity
 
-DEFAULT_TRAINER_IMAGE = "ghcr.io/grpo-operator/grpo-trainer:0.1.0"
+DEFAULT_TRAINER_IMAGE = "ghcr.io/grpo-operator/grpo-trainer:0.1.0"  # the CUDA image
+DEFAULT_CPU_TRAINER_IMAGE = DEFAULT_TRAINER_IMAGE + "-cpu"
+TRAINER_GRACE_SECONDS = 120  # time for the trainer to save a checkpoint on SIGTERM (spec.template overrides it)
 TRAINER_MODULE = "grpo_trainer"
 RUN_AS = 1000
 # Names, ports and files the trainer relies on: the operator↔trainer contract (grpo_trainer/contract.py)
@@ -125,14 +127,76 @@ def _meta(name: str, namespace: str, labels: dict[str, str], job_name: str, uid:
     return meta
 
 
-def _pod_security() -> dict[str, Any]:
-    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"}}
+def pick_image(job: api.GRPOJob, gpu: bool, image: str, cpu_image: Optional[str]) -> str:
+    """The image of a pod: spec.image, else the operator's CUDA image for a pod with GPUs and its CPU image for one
+    without (`cpu_image` None: `image` for both)."""
+    return job.spec.image or (image if gpu or cpu_image is None else cpu_image)
 
 
-def _container_security() -> dict[str, Any]:
+def _pod_security(job: Optional[api.GRPOJob] = None) -> dict[str, Any]:
+    """The restricted defaults, with each field spec.template.securityContext sets in place of ours."""
+    ours: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
+                            "seccompProfile": {"type": "RuntimeDefault"}}
+    asked = job.spec.template.securityContext if job is not None else None
+    return {**ours, **(asked.model_dump(exclude_none=True) if asked is not None else {})}
+
+
+def _container_security(capabilities: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Restricted: no escalation, read-only root, every capability dropped but those spec.template.capabilities
+    adds back (trainer and server containers only)."""
+    caps: dict[str, Any] = {"drop": ["ALL"], **({"add": list(capabilities)} if capabilities else {})}
     return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]}}
+            "capabilities": caps}
+
+
+def _env_from(job: api.GRPOJob) -> dict[str, Any]:
+    """spec.template.envFrom on a container of ours (trainer, server, download)."""
+    sources = [e.model_dump(exclude_none=True) for e in job.spec.template.envFrom]
+    return {"envFrom": sources} if sources else {}
+
+
+def pod_annotations(job: api.GRPOJob, meta: dict[str, Any]) -> dict[str, Any]:
+    """The user's template annotations under the operator's own (which win): on every pod the job creates."""
+    return {**job.spec.template.metadata.annotations, **meta["annotations"]}
+
+
+def _extra_container(c: api.ExtraContainer, sidecar: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": c.name, "image": c.image}
+    if sidecar:
+        out["restartPolicy"] = "Always"  # a native sidecar (Kubernetes 1.29+): runs beside the containers, ends with them
+    dumped = c.model_dump(exclude_none=True, exclude={"name", "image", "resources"})
+    out.update({k: v for k, v in dumped.items() if v != []})
+    resources = _resources(c.resources)
+    if resources:
+        out["resources"] = resources
+    out["securityContext"] = _container_security()
+    return out
+
+
+NATIVE_SIDECARS_SINCE = (1, 29)  # SidecarContainers on by default (beta); older servers drop restartPolicy
+
+
+def has_native_sidecars(obj: dict[str, Any]) -> bool:
+    """A pod with an init container of restartPolicy Always (spec.template.sidecars)."""
+    inits = (obj.get("spec") or {}).get("initContainers") or [] if obj.get("kind") == "Pod" else []
+    return any(c.get("restartPolicy") == "Always" for c in inits)
+
+
+def runtime_extras(job: api.GRPOJob) -> dict[str, Any]:
+    """What spec.template adds to the pods that run the job (trainers and the vLLM server, not the download pod):
+    hostNetwork (with cluster DNS kept: ClusterFirstWithHostNet unless dnsPolicy says otherwise), the grace period,
+    the user's sidecars then init containers, all before the operator's containers."""
+    t = job.spec.template
+    out: dict[str, Any] = {}
+    if t.hostNetwork:
+        out["hostNetwork"] = True
+        out["dnsPolicy"] = t.dnsPolicy or "ClusterFirstWithHostNet"  # else the rendezvous host would not resolve
+    if t.terminationGracePeriodSeconds is not None:
+        out["terminationGracePeriodSeconds"] = t.terminationGracePeriodSeconds
+    inits = [_extra_container(c, True) for c in t.sidecars] + [_extra_container(c, False) for c in t.initContainers]
+    if inits:
+        out["initContainers"] = inits
+    return out
 
 
 def _resources(res: api.ResourceRequirements) -> dict[str, Any]:
@@ -224,10 +288,15 @@ def _pod_spec_extras(job: api.GRPOJob) -> dict[str, Any]:
     t = job.spec.template
     out: dict[str, Any] = {}
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName", "schedulerName",
-                "serviceAccountName", "runtimeClassName", "imagePullSecrets"):
+                "serviceAccountName", "runtimeClassName", "imagePullSecrets", "dnsPolicy"):
         value = getattr(t, key)
         if value:
             out[key] = value
+    for key in ("topologySpreadConstraints", "dnsConfig"):
+        value = getattr(t, key)
+        if value:
+            out[key] = [v.model_dump(exclude_none=True) for v in value] if isinstance(value, list) else \
+                value.model_dump(exclude_none=True)
     return out
 
 
@@ -240,7 +309,7 @@ def _scrape_annotations(metrics_port: int) -> dict[str, str]:
 
 def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank: int, *, uid: str = "",
                 image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
-                metrics_port: int = DEFAULT_METRICS_PORT) -> dict[str, Any]:
+                metrics_port: int = DEFAULT_METRICS_PORT, cpu_image: Optional[str] = None) -> dict[str, Any]:
     n = names(job.metadata.name or "")
     labels = {**job.spec.template.metadata.labels, **_labels(job, n, ROLE_TRAINER), LABEL_RANK: str(rank),
               LABEL_ATTEMPT: str(attempt)}
@@ -255,15 +324,16 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
     argv = torchrun_argv(topo.nodes, topo.nproc_per_node, f"{n.pod(0)}.{n.service}:{C10D_PORT}", rdzv_id)
     container = {
         "name": TRAINER_CONTAINER,
-        "image": job.spec.image or image,
+        "image": pick_image(job, bool(topo.gpu_resource), image, cpu_image),
         "imagePullPolicy": "IfNotPresent",
         "command": argv[:len(LAUNCHER)],
         "args": argv[len(LAUNCHER):],
         "env": env,
+        **_env_from(job),
         "ports": [{"name": "c10d", "containerPort": C10D_PORT, "protocol": "TCP"}]
         + ([{"name": METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"}] if metrics_port else []),
         "resources": _resources(job.spec.resources),
-        "securityContext": _container_security(),
+        "securityContext": _container_security(job.spec.template.capabilities),
         "volumeMounts": mounts,
     }
     return {
@@ -276,11 +346,12 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
             "restartPolicy": "Never",
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 120,  # time for the trainer to save a checkpoint on SIGTERM
-            "securityContext": _pod_security(),
+            "terminationGracePeriodSeconds": TRAINER_GRACE_SECONDS,
+            "securityContext": _pod_security(job),
             "containers": [container],
             "volumes": volumes,
             **_pod_spec_extras(job),
+            **runtime_extras(job),
         },
     }
 
@@ -332,7 +403,8 @@ def _vllm_cpu_env(utilization: float, res: api.ResourceRequirements) -> list[dic
 
 
 def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
-                 image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0) -> list[dict[str, Any]]:
+                 image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
+                 cpu_image: Optional[str] = None) -> list[dict[str, Any]]:
     spec = job.spec
     n = names(job.metadata.name or "")
     server = spec.vllm.server or api.VllmServerSpec()
@@ -349,6 +421,7 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
     cache.apply_reader(job, volumes, mounts, env)
     meta = _meta(pod_name(job, n.vllm_pod(0), attempt), namespace, labels, job.metadata.name or "", uid)
     meta["annotations"][ANNOTATION_ATTEMPT] = str(attempt)  # the server belongs to the attempt like a trainer
+    meta["annotations"] = pod_annotations(job, meta)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -357,22 +430,24 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
             "restartPolicy": "Never",
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
-            "securityContext": _pod_security(),
+            "securityContext": _pod_security(job),
             "containers": [{
                 "name": VLLM_CONTAINER,
-                "image": server.image or spec.image or image,
+                "image": server.image or pick_image(job, not cpu, image, cpu_image),
                 "imagePullPolicy": "IfNotPresent",
                 "command": argv[:1],
                 "args": argv[1:],
                 "env": env,
+                **_env_from(job),
                 "ports": [{"name": "http", "containerPort": server.port, "protocol": "TCP"}],
                 **vllm_server.probes(job),
                 "resources": _resources(res),
-                "securityContext": _container_security(),
+                "securityContext": _container_security(spec.template.capabilities),
                 "volumeMounts": mounts,
             }],
             "volumes": volumes,
             **vllm_server.scheduling(job, _pod_spec_extras(job)),
+            **runtime_extras(job),
         },
     }
     service = {
@@ -390,20 +465,21 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
 def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
            image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
            metrics_port: int = DEFAULT_METRICS_PORT, kueue_group: Optional[str] = None,
-           kueue_server_group: Optional[str] = None) -> list[dict[str, Any]]:
+           kueue_server_group: Optional[str] = None, cpu_image: Optional[str] = None) -> list[dict[str, Any]]:
     """The job's own objects, in creation order: ConfigMap, Services, the PodGroup of spec.scheduling.gang, pods.
     render/job.py render() adds spec.cache's download pod: that one is what the operator and `grpojob render` call.
 
     `metrics_port`: the trainer's Prometheus port (config JSON progress.metricsPort and the pods' `metrics`
     containerPort); 0 turns the trainer's metrics, and with them status.progress, off. `kueue_group`: under Kueue,
     the pod group the trainers join (the lifecycle's choice; default: a new group named after this attempt), and
-    `kueue_server_group` the vLLM server's own group in server mode (default: a new one named after this attempt)."""
+    `kueue_server_group` the vLLM server's own group in server mode (default: a new one named after this attempt).
+    `image`, `cpu_image`: the operator's CUDA and CPU trainer images (pick_image; spec.image wins)."""
     objs: list[dict[str, Any]] = [config_map(job, namespace, uid=uid, metrics_port=metrics_port),
                                   headless_service(job, namespace, uid=uid)]
     if job.spec.vllm.mode == "server":
-        objs += vllm_objects(job, topo, namespace, uid=uid, image=image, attempt=attempt)
-    objs += [trainer_pod(job, topo, namespace, r, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port)
-             for r in range(topo.nodes)]
+        objs += vllm_objects(job, topo, namespace, uid=uid, image=image, attempt=attempt, cpu_image=cpu_image)
+    objs += [trainer_pod(job, topo, namespace, r, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port,
+                         cpu_image=cpu_image) for r in range(topo.nodes)]
     return _gang(job, namespace, objs, uid=uid, attempt=attempt, kueue_group=kueue_group,
                  kueue_server_group=kueue_server_group)
 

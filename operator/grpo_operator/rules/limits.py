@@ -1,12 +1,13 @@
 """A platform team's admission policy (pure): limits the operator is configured with (GRPO_MAX_NODES_PER_JOB, the
-chart's policy.maxNodesPerJob), applied by the one validator behind the webhook and the operator. No limit is set
-by default. `grpojob check` does not know a cluster's limits: the webhook is where they are enforced.
+chart's policy.maxNodesPerJob) and its job defaults (the chart's jobDefaults: rules/defaults.py), applied by the one
+validator behind the webhook and the operator. None is set by default. `grpojob check` does not know a cluster's
+limits (the webhook is where they are enforced); it applies job defaults given with --defaults FILE.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 MAX_NODES_ENV = "GRPO_MAX_NODES_PER_JOB"
 MAX_NODES_VALUE = "policy.maxNodesPerJob"
@@ -15,6 +16,8 @@ MAX_NODES_VALUE = "policy.maxNodesPerJob"
 @dataclass(frozen=True)
 class Limits:
     max_nodes_per_job: Optional[int] = None  # None: no limit
+    # a spec.template merged under every job's own (rules/defaults.py); checked when read (defaults.check)
+    job_defaults: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def problem(self) -> Optional[str]:
         """The first thing wrong with the limits themselves, naming the variable; None: fine."""

@@ -16,6 +16,7 @@ from .. import api
 from ..api import gang as gang_names
 from ..api import trl_fields
 from . import batch, capabilities, parallelism, pod_rules, secrets, topology
+from .defaults import apply as apply_defaults
 from .limits import NO_LIMITS, Limits, nodes_problem
 
 DNS1123_LABEL = re.compile(api.DNS1123_LABEL)
@@ -389,6 +390,7 @@ def _validate_spec(name: str, spec_doc: Any, limits: Limits) -> ValidationResult
     if not isinstance(spec_doc, dict):
         res.errors.append(FieldError("spec", f"spec must be a mapping, got {type(spec_doc).__name__}"))
         return res
+    spec_doc = apply_defaults(limits.job_defaults, spec_doc)  # the platform's pod template under the job's
     size, depth = size_and_depth(spec_doc)
     if size > MAX_SPEC_BYTES or depth > MAX_DEPTH:
         res.errors.append(FieldError("spec", f"too large: more than {MAX_SPEC_BYTES // 1024} KiB of JSON or nested "
