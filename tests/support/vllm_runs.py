@@ -2,8 +2,8 @@
 folder, TRL's per-step log records, and a long-running server process with its output in a file.
 
 Every vLLM process a test starts gets its own TMPDIR/VLLM_CACHE_ROOT/VLLM_RPC_BASE_PATH (two vLLM processes sharing
-them collide on their IPC sockets and caches), so nothing is left in /tmp or ~/.cache, and VLLM_CPU_KVCACHE_SPACE=1 (GiB) unless the test wants the trainer's own
-default: the tests never take more memory than the tiny model needs.
+them collide on their IPC sockets and caches), so nothing is left in /tmp or ~/.cache, and VLLM_CPU_KVCACHE_SPACE=1
+(GiB) unless the test wants the trainer's own default: the tests never take more memory than the tiny model needs.
 """
 
 from __future__ import annotations

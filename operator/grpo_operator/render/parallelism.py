@@ -3,7 +3,8 @@
 Under torchrun neither needs `accelerate launch` nor environment variables: TrainingArguments builds the DeepSpeed
 plugin from the `deepspeed` dict and the Trainer the FSDP plugin from `fsdp` + `fsdp_config`
 (checked here with the locked transformers and deepspeed). "auto" values are filled in by transformers from the
-other arguments, so the batch sizes stay those the operator validated. The configs follow TRL's shipped presets (trl/accelerate_configs)."""
+other arguments, so the batch sizes stay those the operator validated. The configs follow TRL's shipped presets
+(trl/accelerate_configs)."""
 
 from __future__ import annotations
 
