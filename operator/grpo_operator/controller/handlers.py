@@ -38,7 +38,7 @@ from ..api import gang as gang_names
 from ..api.status import Phase
 from ..lifecycle import progress as progress_mod
 from ..render import job as render_job
-from ..render import manifests
+from ..render import manifests, pod_template
 from ..rules import validation
 from . import events, ha, kube, podwatch, refused, registration, webhookconfig
 from . import metrics as opmetrics
@@ -408,15 +408,15 @@ class Controller:
     async def _native_sidecars_missing(self, objs: list[dict[str, Any]]) -> Optional[str]:
         """spec.template.sidecars are native sidecars (Kubernetes 1.29+). An older API server accepts such a pod and
         drops the sidecar's restartPolicy, so the pod would wait in Init forever: say why instead of creating it."""
-        if not any(manifests.has_native_sidecars(o) for o in objs):
+        if not any(pod_template.has_native_sidecars(o) for o in objs):
             return None
         assert self.kube is not None
         if self._server_version is None:
             info = await self.kube.request("GET", "/version")
             self._server_version = kube.server_version(info)
-        if self._server_version >= manifests.NATIVE_SIDECARS_SINCE:
+        if self._server_version >= pod_template.NATIVE_SIDECARS_SINCE:
             return None
-        since = ".".join(map(str, manifests.NATIVE_SIDECARS_SINCE))
+        since = ".".join(map(str, pod_template.NATIVE_SIDECARS_SINCE))
         return (f"spec.template.sidecars need native sidecar containers (Kubernetes {since} or newer) and this "
                 f"cluster's API server is {'.'.join(map(str, self._server_version))}: remove spec.template.sidecars "
                 "(an init container runs to completion before the trainer instead); no pod was created")

@@ -11,7 +11,7 @@ from typing import Any
 from grpo_trainer import contract
 
 from .. import api
-from . import cache, manifests
+from . import cache, manifests, pod_template
 
 INITIALIZER_CONTAINER = "stage"
 # Staging is network and disk bound: a modest request, no limit (datasets' Arrow conversion may need memory).
@@ -41,7 +41,7 @@ def initializer_pod(job: api.GRPOJob, namespace: str, *, uid: str = "", image: s
     labels = {**spec.template.metadata.labels, **manifests._labels(job, n, contract.ROLE_INITIALIZER),
               "app.kubernetes.io/name": "grpo-initializer"}
     meta = manifests._meta(pod_name(job.metadata.name or ""), namespace, labels, job.metadata.name or "", uid)
-    meta["annotations"] = manifests.pod_annotations(job, meta)  # e.g. sidecar.istio.io/inject: "false"
+    meta["annotations"] = pod_template.pod_annotations(job, meta)  # e.g. sidecar.istio.io/inject: "false"
     container = {
         "name": INITIALIZER_CONTAINER,
         "image": spec.image or image,
@@ -49,9 +49,9 @@ def initializer_pod(job: api.GRPOJob, namespace: str, *, uid: str = "", image: s
         "command": ["python", "-m", contract.STAGE_MODULE],
         "args": ["--config", contract.CONFIG_FILE] + (["--progress-port", str(metrics_port)] if metrics_port else []),
         "env": initializer_env(job),
-        **manifests._env_from(job),
+        **pod_template.env_from(job),
         "resources": DEFAULT_RESOURCES,
-        "securityContext": manifests._container_security(),
+        "securityContext": pod_template.container_security(),
         **({"ports": [{"name": manifests.METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"}]}
            if metrics_port else {}),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
@@ -66,12 +66,12 @@ def initializer_pod(job: api.GRPOJob, namespace: str, *, uid: str = "", image: s
             "restartPolicy": "Never",  # retries with backoff happen inside; a failed pod is the lifecycle's call
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
-            "securityContext": manifests._pod_security(job),
+            "securityContext": pod_template.pod_security(job),
             "containers": [container],
             "volumes": [{"name": "tmp", "emptyDir": {}},
                         {"name": "config", "configMap": {"name": n.config_map}},
                         cache.volume(spec.cache)],
-            **manifests._pod_spec_extras(job),
+            **pod_template.pod_spec_extras(job),
         },
     }
 

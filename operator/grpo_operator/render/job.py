@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from .. import api
 from ..rules import topology
-from . import cache, initializer, manifests, netpol
+from . import cache, initializer, manifests, netpol, pod_template
 
 
 def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
@@ -23,11 +23,11 @@ def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: st
     policy), ConfigMap, Service, the download pod (spec.cache with something from the Hub), the vLLM server's
     Service, the PodGroup of spec.scheduling.gang, pods (other arguments: manifests.render). `staged`: the commits
     spec.cache's staging recorded (status.stagedRevisions), which the trainer and vLLM pods load (cache.pin). The
-    download pod runs the trainers' image (manifests.pick_image): the one their nodes pull anyway."""
+    download pod runs the trainers' image (pod_template.pick_image): the one their nodes pull anyway."""
     objs = manifests.render(job, topo, namespace, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port,
                             kueue_group=kueue_group, kueue_server_group=kueue_server_group, cpu_image=cpu_image)
     cache.pin(job, objs, staged)
-    stage_image = manifests.pick_image(job, bool(topo.gpu_resource), image, cpu_image)
+    stage_image = pod_template.pick_image(job, bool(topo.gpu_resource), image, cpu_image)
     objs[2:2] = initializer.render_initializer(job, namespace, uid=uid, image=stage_image, metrics_port=metrics_port)
     if network_policy is not None:  # first: the pods never exist without it
         objs.insert(0, netpol.network_policy(job, namespace, network_policy, uid=uid, metrics_port=metrics_port))

@@ -13,7 +13,7 @@ from grpo_trainer import contract
 
 from .. import api
 from ..rules import topology
-from . import cache, parallelism, podgroup, vllm_server
+from . import cache, parallelism, pod_template, podgroup, vllm_server
 from .names import MAX_BASE as MAX_BASE
 from .names import Names as Names
 from .names import names as names
@@ -25,7 +25,6 @@ DEFAULT_TRAINER_IMAGE = "ghcr.io/grpo-operator/grpo-trainer:0.1.0"  # the CUDA i
 DEFAULT_CPU_TRAINER_IMAGE = DEFAULT_TRAINER_IMAGE + "-cpu"
 TRAINER_GRACE_SECONDS = 120  # time for the trainer to save a checkpoint on SIGTERM (spec.template overrides it)
 TRAINER_MODULE = "grpo_trainer"
-RUN_AS = 1000
 # Names, ports and files the trainer relies on: the operator↔trainer contract (grpo_trainer/contract.py)
 C10D_PORT = contract.C10D_PORT
 DEFAULT_METRICS_PORT = contract.METRICS_PORT  # the trainer's Prometheus endpoint (docs/observability.md); 0 = off
@@ -127,87 +126,6 @@ def _meta(name: str, namespace: str, labels: dict[str, str], job_name: str, uid:
     return meta
 
 
-def pick_image(job: api.GRPOJob, gpu: bool, image: str, cpu_image: Optional[str]) -> str:
-    """The image of a pod: spec.image, else the operator's CUDA image for a pod with GPUs and its CPU image for one
-    without (`cpu_image` None: `image` for both)."""
-    return job.spec.image or (image if gpu or cpu_image is None else cpu_image)
-
-
-def _pod_security(job: Optional[api.GRPOJob] = None) -> dict[str, Any]:
-    """The restricted defaults, with each field spec.template.securityContext sets in place of ours."""
-    ours: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
-                            "seccompProfile": {"type": "RuntimeDefault"}}
-    asked = job.spec.template.securityContext if job is not None else None
-    return {**ours, **(asked.model_dump(exclude_none=True) if asked is not None else {})}
-
-
-def _container_security(capabilities: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """Restricted: no escalation, read-only root, every capability dropped but those spec.template.capabilities
-    adds back (trainer and server containers only)."""
-    caps: dict[str, Any] = {"drop": ["ALL"], **({"add": list(capabilities)} if capabilities else {})}
-    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
-            "capabilities": caps}
-
-
-def _env_from(job: api.GRPOJob) -> dict[str, Any]:
-    """spec.template.envFrom on a container of ours (trainer, server, download)."""
-    sources = [e.model_dump(exclude_none=True) for e in job.spec.template.envFrom]
-    return {"envFrom": sources} if sources else {}
-
-
-def pod_annotations(job: api.GRPOJob, meta: dict[str, Any]) -> dict[str, Any]:
-    """The user's template annotations under the operator's own (which win): on every pod the job creates."""
-    return {**job.spec.template.metadata.annotations, **meta["annotations"]}
-
-
-def _extra_container(c: api.ExtraContainer, sidecar: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": c.name, "image": c.image}
-    if sidecar:
-        out["restartPolicy"] = "Always"  # a native sidecar (Kubernetes 1.29+): runs beside the containers, ends with them
-    dumped = c.model_dump(exclude_none=True, exclude={"name", "image", "resources"})
-    out.update({k: v for k, v in dumped.items() if v != []})
-    resources = _resources(c.resources)
-    if resources:
-        out["resources"] = resources
-    out["securityContext"] = _container_security()
-    return out
-
-
-NATIVE_SIDECARS_SINCE = (1, 29)  # SidecarContainers on by default (beta); older servers drop restartPolicy
-
-
-def has_native_sidecars(obj: dict[str, Any]) -> bool:
-    """A pod with an init container of restartPolicy Always (spec.template.sidecars)."""
-    inits = (obj.get("spec") or {}).get("initContainers") or [] if obj.get("kind") == "Pod" else []
-    return any(c.get("restartPolicy") == "Always" for c in inits)
-
-
-def runtime_extras(job: api.GRPOJob) -> dict[str, Any]:
-    """What spec.template adds to the pods that run the job (trainers and the vLLM server, not the download pod):
-    hostNetwork (with cluster DNS kept: ClusterFirstWithHostNet unless dnsPolicy says otherwise), the grace period,
-    the user's sidecars then init containers, all before the operator's containers."""
-    t = job.spec.template
-    out: dict[str, Any] = {}
-    if t.hostNetwork:
-        out["hostNetwork"] = True
-        out["dnsPolicy"] = t.dnsPolicy or "ClusterFirstWithHostNet"  # else the rendezvous host would not resolve
-    if t.terminationGracePeriodSeconds is not None:
-        out["terminationGracePeriodSeconds"] = t.terminationGracePeriodSeconds
-    inits = [_extra_container(c, True) for c in t.sidecars] + [_extra_container(c, False) for c in t.initContainers]
-    if inits:
-        out["initContainers"] = inits
-    return out
-
-
-def _resources(res: api.ResourceRequirements) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if res.limits:
-        out["limits"] = {k: str(v) for k, v in sorted(res.limits.items())}
-    if res.requests:
-        out["requests"] = {k: str(v) for k, v in sorted(res.requests.items())}
-    return out
-
-
 def trainer_threads(res: api.ResourceRequirements, topo: topology.Topology) -> int | dict[str, Any]:
     """OMP_NUM_THREADS of a trainer process: the pod's CPUs shared by its local processes.
 
@@ -284,22 +202,6 @@ def _volumes(job: api.GRPOJob, n: Names, topo: topology.Topology, with_config: b
     return volumes, mounts
 
 
-def _pod_spec_extras(job: api.GRPOJob) -> dict[str, Any]:
-    t = job.spec.template
-    out: dict[str, Any] = {}
-    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName", "schedulerName",
-                "serviceAccountName", "runtimeClassName", "imagePullSecrets", "dnsPolicy"):
-        value = getattr(t, key)
-        if value:
-            out[key] = value
-    for key in ("topologySpreadConstraints", "dnsConfig"):
-        value = getattr(t, key)
-        if value:
-            out[key] = [v.model_dump(exclude_none=True) for v in value] if isinstance(value, list) else \
-                value.model_dump(exclude_none=True)
-    return out
-
-
 def _scrape_annotations(metrics_port: int) -> dict[str, str]:
     """The classic prometheus.io annotations (annotation-based scrape configs); PodMonitors use the port name."""
     if not metrics_port:
@@ -324,16 +226,16 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
     argv = torchrun_argv(topo.nodes, topo.nproc_per_node, f"{n.pod(0)}.{n.service}:{C10D_PORT}", rdzv_id)
     container = {
         "name": TRAINER_CONTAINER,
-        "image": pick_image(job, bool(topo.gpu_resource), image, cpu_image),
+        "image": pod_template.pick_image(job, bool(topo.gpu_resource), image, cpu_image),
         "imagePullPolicy": "IfNotPresent",
         "command": argv[:len(LAUNCHER)],
         "args": argv[len(LAUNCHER):],
         "env": env,
-        **_env_from(job),
+        **pod_template.env_from(job),
         "ports": [{"name": "c10d", "containerPort": C10D_PORT, "protocol": "TCP"}]
         + ([{"name": METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"}] if metrics_port else []),
-        "resources": _resources(job.spec.resources),
-        "securityContext": _container_security(job.spec.template.capabilities),
+        "resources": pod_template.container_resources(job.spec.resources),
+        "securityContext": pod_template.container_security(job.spec.template.capabilities),
         "volumeMounts": mounts,
     }
     return {
@@ -347,11 +249,11 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": TRAINER_GRACE_SECONDS,
-            "securityContext": _pod_security(job),
+            "securityContext": pod_template.pod_security(job),
             "containers": [container],
             "volumes": volumes,
-            **_pod_spec_extras(job),
-            **runtime_extras(job),
+            **pod_template.pod_spec_extras(job),
+            **pod_template.runtime_extras(job),
         },
     }
 
@@ -421,7 +323,7 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
     cache.apply_reader(job, volumes, mounts, env)
     meta = _meta(pod_name(job, n.vllm_pod(0), attempt), namespace, labels, job.metadata.name or "", uid)
     meta["annotations"][ANNOTATION_ATTEMPT] = str(attempt)  # the server belongs to the attempt like a trainer
-    meta["annotations"] = pod_annotations(job, meta)
+    meta["annotations"] = pod_template.pod_annotations(job, meta)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -430,24 +332,24 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
             "restartPolicy": "Never",
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
-            "securityContext": _pod_security(job),
+            "securityContext": pod_template.pod_security(job),
             "containers": [{
                 "name": VLLM_CONTAINER,
-                "image": server.image or pick_image(job, not cpu, image, cpu_image),
+                "image": server.image or pod_template.pick_image(job, not cpu, image, cpu_image),
                 "imagePullPolicy": "IfNotPresent",
                 "command": argv[:1],
                 "args": argv[1:],
                 "env": env,
-                **_env_from(job),
+                **pod_template.env_from(job),
                 "ports": [{"name": "http", "containerPort": server.port, "protocol": "TCP"}],
                 **vllm_server.probes(job),
-                "resources": _resources(res),
-                "securityContext": _container_security(spec.template.capabilities),
+                "resources": pod_template.container_resources(res),
+                "securityContext": pod_template.container_security(spec.template.capabilities),
                 "volumeMounts": mounts,
             }],
             "volumes": volumes,
-            **vllm_server.scheduling(job, _pod_spec_extras(job)),
-            **runtime_extras(job),
+            **vllm_server.scheduling(job, pod_template.pod_spec_extras(job)),
+            **pod_template.runtime_extras(job),
         },
     }
     service = {

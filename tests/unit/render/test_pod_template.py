@@ -12,7 +12,7 @@ import pytest
 
 from grpo_operator import api
 from grpo_operator.render import job as render_job
-from grpo_operator.render import manifests
+from grpo_operator.render import manifests, pod_template
 from grpo_operator.rules import validation
 
 
@@ -92,10 +92,10 @@ def test_each_field_lands_on_the_pods_the_docs_name() -> None:
         assert [(c["name"], c.get("restartPolicy")) for c in inits] == (
             [("logs", "Always"), ("warm", None)] if runs_the_job else []), role
         for c in inits:  # the restricted container defaults hold for the user's containers too
-            assert c["securityContext"] == manifests._container_security(), c
+            assert c["securityContext"] == pod_template.container_security(), c
         for version in ("1.29", "1.37"):  # native sidecars (restartPolicy on an init container) are 1.29+
             kubernetes_validate.validate(pod, version, strict=True)
-        assert manifests.has_native_sidecars(pod) is runs_the_job
+        assert pod_template.has_native_sidecars(pod) is runs_the_job
 
 
 def test_without_a_template_the_restricted_defaults_and_the_trainer_grace_period_stay() -> None:
