@@ -28,19 +28,15 @@ Exit codes (contract.py): 0 staged; 18 the Hub refused access (401 gated, 403); 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import fnmatch
 import functools
-import hashlib
 import json
 import os
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -48,33 +44,13 @@ from typing import Any
 from . import pins
 from .contract import STAGE_PREFIX, STAGE_PROGRESS_PATH
 from .exitcodes import CONFIG, HUB_DENIED, HUB_NOT_FOUND, TRANSIENT_IO, TrainerError, write_termination_message
+from .stage_markers import Item, _read_marker, _write_marker, already_staged, at_commit, known_commit
 
 # What loading a causal LM/tokenizer reads (transformers 5): configs, tokenizers, chat templates, weights.
 BASE_PATTERNS = ("*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja", "tokenizer*")
 SAFETENSORS = ("*.safetensors",)
 PYTORCH_BIN = ("*.bin",)
 CODE = ("*.py",)
-MARKER_DIR = "grpo-stage"
-
-
-@dataclass(frozen=True)
-class Item:
-    kind: str  # "model" or "dataset"
-    repo_id: str
-    revision: str = "main"
-    trust_remote_code: bool = False
-    config: str | None = None  # datasets only
-    split: str = "train"
-
-    @property
-    def key(self) -> str:
-        raw = json.dumps([self.kind, self.repo_id, self.revision, self.trust_remote_code, self.config, self.split])
-        return hashlib.sha256(raw.encode()).hexdigest()[:32]
-
-    @property
-    def label(self) -> str:
-        extra = f" config={self.config} split={self.split}" if self.kind == "dataset" else ""
-        return f"{self.kind} {self.repo_id}@{self.revision}{extra}"
 
 
 def is_local(ref: str) -> bool:
@@ -209,54 +185,6 @@ class _Meter:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-
-
-# --------------------------------------------------------------------------------------------------- markers
-def _marker(hf_home: Path, item: Item) -> Path:
-    return hf_home / MARKER_DIR / f"{item.key}.json"
-
-
-def _read_marker(hf_home: Path, item: Item) -> dict[str, Any]:
-    try:
-        doc = json.loads(_marker(hf_home, item).read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def already_staged(hf_home: Path, item: Item) -> bool:
-    """The marker exists and every path it lists still exists (a pruned cache stages again)."""
-    paths = _read_marker(hf_home, item).get("paths")
-    return isinstance(paths, list) and bool(paths) and all(os.path.exists(p) for p in paths)
-
-
-def at_commit(item: Item, commit: str) -> Item:
-    return replace(item, revision=commit)
-
-
-def known_commit(hf_home: Path, item: Item) -> str | None:
-    """The commit `item`'s revision was staged at, without asking the Hub: a commit is its own; a branch or tag, the
-    one its marker names (a moving `main` is staged once: later jobs reuse that commit)."""
-    if pins.is_commit(item.revision):
-        return item.revision
-    commit = _read_marker(hf_home, item).get("commit")
-    return commit if pins.is_commit(commit) else None
-
-
-def _write_marker(hf_home: Path, item: Item, doc: dict[str, Any]) -> None:
-    """Atomically: a unique temporary file in the same folder, renamed over the marker. (Download pods run python as
-    PID 1, so a name made of the PID is the same in every pod: two of them would rename each other's file.)"""
-    path = _marker(hf_home, item)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"item": item.label, **doc}, sort_keys=True))
-        os.replace(tmp, path)  # a concurrent reader sees the old marker or the new one
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # --------------------------------------------------------------------------------------------------- staging

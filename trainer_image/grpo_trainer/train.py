@@ -132,7 +132,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     clock = phases.start(cfg.output_dir)  # every rank: its phase and heartbeat; its stacks on a signal
     metrics = metrics_mod.start(cfg.metrics_port, cfg.job_name, cfg.job_namespace, clock.directory or "")
     # 1.-2. Cheap checks, then GRPOConfig (TRL's batch check with the real world size).
-    tokenizer, reward_funcs, (train_dataset, eval_dataset), args, revision, trust = _prepare(cfg, cuda)
+    tokenizer, reward_funcs, splits, args, revision, trust = _prepare(cfg, cuda)
     # 3. The checkpoint to resume from; a job restarted after it already reached max_steps only re-saves the model
     #    (resuming at max_steps would make transformers train one more step).
     checkpoint = resume.latest_checkpoint(cfg.output_dir)
@@ -144,17 +144,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     # 4. The model and the trainer (vLLM's CPU settings go in before TRL imports vLLM).
     #    The policy goes to TRL as its id, as TRL's grpo.py does: TRL loads it with model_init_kwargs (dtype,
     #    attn_implementation, revision, trust_remote_code) after GRPOConfig, like the reference model.
-    if args.use_vllm:
-        _announce_vllm(cfg, args, cuda)
-        if revision:
-            from . import vllm_support
-
-            vllm_support.pin_revision(revision)
-    hidden = lean_imports.hide(lean_imports.unused(args.use_vllm, args.report_to))
-    if hidden:
-        log(f"not loading {', '.join(hidden)} (this job does not use them)")
-    from trl import GRPOTrainer
-
+    grpo_trainer_class = _import_trl(cfg, args, cuda, revision)
     from . import preemption as preempt
 
     if preempt.requested():
@@ -166,15 +156,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
         if cfg.progress or metrics is not None else None
     if progress is not None:
         callbacks.append(progress)
-    try:
-        trainer = GRPOTrainer(model=cfg.model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
-                              eval_dataset=eval_dataset, processing_class=tokenizer, callbacks=callbacks,
-                              reward_processing_classes=rewards.processing_classes(reward_funcs),
-                              peft_config=cfg.peft.lora_config() if cfg.peft is not None else None)
-    except (ValueError, ZeroDivisionError) as e:
-        if is_trl_batch_error(e):
-            raise batch_error(e) from None
-        raise
+    trainer = _make_trainer(grpo_trainer_class, cfg, args, tokenizer, reward_funcs, splits, callbacks)
     phases.instrument(trainer, clock)
     if checkpoint:
         log(f"resuming from {checkpoint}")
@@ -187,6 +169,38 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     _save_trained(cfg, trainer, tokenizer, progress.last if progress is not None else {}, checkpoint)
     clock.set(phases.C.PHASE_DONE)
     return 0, trainer
+
+
+def _import_trl(cfg: TrainerConfig, args: Any, cuda: bool, revision: str | None) -> Any:
+    """vLLM's settings (CPU, the pinned revision) in place, the modules this job does not use hidden, then TRL's
+    trainer module imported; its GRPOTrainer class."""
+    if args.use_vllm:
+        _announce_vllm(cfg, args, cuda)
+        if revision:
+            from . import vllm_support
+
+            vllm_support.pin_revision(revision)
+    hidden = lean_imports.hide(lean_imports.unused(args.use_vllm, args.report_to))
+    if hidden:
+        log(f"not loading {', '.join(hidden)} (this job does not use them)")
+    from trl import GRPOTrainer
+
+    return GRPOTrainer
+
+
+def _make_trainer(grpo_trainer_class: Any, cfg: TrainerConfig, args: Any, tokenizer: Any, reward_funcs: list[Any],
+                  splits: tuple[Any, Any], callbacks: list[Any]) -> Any:
+    """TRL's GRPOTrainer for this job; TRL's batch ValueError (or ZeroDivisionError) becomes exit 13."""
+    train_dataset, eval_dataset = splits  # the eval dataset or None
+    try:
+        return grpo_trainer_class(model=cfg.model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
+                                  eval_dataset=eval_dataset, processing_class=tokenizer, callbacks=callbacks,
+                                  reward_processing_classes=rewards.processing_classes(reward_funcs),
+                                  peft_config=cfg.peft.lora_config() if cfg.peft is not None else None)
+    except (ValueError, ZeroDivisionError) as e:
+        if is_trl_batch_error(e):
+            raise batch_error(e) from None
+        raise
 
 
 def _tracking_and_history(cfg: TrainerConfig, args: Any, checkpoint: str | None) -> None:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from grpo_trainer import contract, stage
+from grpo_trainer import contract, stage, stage_markers
 from grpo_trainer.exitcodes import TrainerError
 from tests.support.trainer import TINY_DATA, TINY_MODEL
 
@@ -176,7 +176,7 @@ def test_marker_writes_of_two_pods_never_collide(tmp_path, monkeypatch):
     monkeypatch.setattr(stage.os, "replace", replace)
     stage._write_marker(tmp_path, item, {"paths": [str(tmp_path)], "by": "this"})
     assert other_done and stage.already_staged(tmp_path, item)
-    assert [p.name for p in (tmp_path / stage.MARKER_DIR).iterdir()] == [f"{item.key}.json"]  # no temp file left
+    assert [p.name for p in (tmp_path / stage_markers.MARKER_DIR).iterdir()] == [f"{item.key}.json"]  # no temp file left
 
 
 def _fake_hub(monkeypatch, commits: dict[str, str], calls: list[str]):
