@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Union
 
@@ -15,7 +14,7 @@ from . import _contract as c
 from . import dryrun, podlogs
 from . import inputs as _inputs
 from . import logs as _logs
-from .dryrun import DryRunObject, DryRunReport
+from .dryrun import DryRunReport
 from .errors import (
     InvalidJob,
     JobExists,
@@ -155,34 +154,7 @@ class GRPOClient:
         The job's own refusal raises as in create_job; each object's is in the report (`refused`). image: the
         trainer image the operator is configured with (default: its default). Each object is checked alone: a quota
         that fits one pod but not all of them is not seen."""
-        body = self.validate_job(job, name, namespace, labels, queue)
-        stored = self._create(body, dry_run="All")
-        ns = body["metadata"]["namespace"]
-        uid = str((stored.get("metadata") or {}).get("uid") or uuid.uuid4())
-        objects = [DryRunObject(str(o.get("kind")), dryrun.name_of(o), self._dry_create(o, ns))
-                   for o in c.render(body, ns, uid, image)]
-        return DryRunReport(Job.from_dict(stored), objects)
-
-    def _dry_create(self, obj: dict[str, Any], namespace: str) -> str:
-        """The API server's refusal of creating obj with dryRun=All, "" when it accepts it."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            request = self.api_client.param_serialize(
-                "POST", dryrun.create_path(obj, namespace), query_params=[("dryRun", "All")], body=obj,
-                header_params={"Content-Type": "application/json", "Accept": "application/json"},
-                auth_settings=["BearerToken"])
-            resp = self.api_client.call_api(*request, _request_timeout=60)
-            data = resp.read()
-            if not 200 <= resp.status < 300:
-                raise ApiException(status=resp.status, reason=resp.reason,
-                                   body=data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data))
-        except ApiException as exc:
-            return str(api_error(exc, "refused by the API server"))
-        except (OSError, HTTPError) as exc:
-            raise api_error(exc, f"dry run of {obj.get('kind')} {dryrun.name_of(obj)}") from None
-        return ""
+        return dryrun.dry_run_job(self, job, name, namespace, labels, queue, image)
 
     # ------------------------------------------------------------------------------------------ read
     def get_job(self, name: str, namespace: Optional[str] = None, pods: bool = True) -> Job:
