@@ -28,20 +28,19 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
 from typing import Any, Optional
 
 import kopf
 
-from .. import api, lifecycle
+from .. import lifecycle
 from ..api import gang as gang_names
 from ..api.status import Phase
 from ..lifecycle import progress as progress_mod
-from ..render import job as render_job
-from ..render import manifests, pod_template
+from ..render import manifests
 from ..rules import validation
 from . import events, ha, kube, podwatch, refused, registration, webhookconfig
 from . import metrics as opmetrics
+from .creates import Creator
 from .engine_probe import EngineProbes
 from .expectations import Expectations
 from .pod_entry import pod_entry
@@ -60,11 +59,7 @@ VALIDATION_CACHE_SIZE = 1024
 DELETE_RESEND_SECONDS = 5.0  # a pod delete
 FORCE_DELETE_RESEND_SECONDS = 30.0  # a grace-0 delete of a pod stuck terminating (one ForceDeleted Event per send)
 END_KUEUE_GROUP_RESEND_SECONDS = 5.0  # the retriable-in-group "false" patch that ends a Kueue pod group
-POD_GROUP_EVENT_SECONDS = 300.0  # a PodGroupNotCreated Event: the cause lasts until the CRD or the RBAC is there
-# When to look at a job again:
-POD_GROUP_RETRY_SECONDS = 30.0  # a PodGroup could not be created
-BEING_DELETED_RETRY_SECONDS = 0.5  # a create conflicted with an object of ours that was being deleted
-FOREIGN_RETRY_SECONDS = 0.2  # a create conflicted with an object owned by something else: report it soon
+# When to look at a job again (the create path's retries: creates.py):
 REQUEUE_SLACK_SECONDS = 0.05  # after decide()'s requeue_after, so that the timer it waits for has passed
 
 
@@ -113,12 +108,11 @@ class Controller:
         self.deletes = RateLimiter(DELETE_RESEND_SECONDS)
         self.force_deletes = RateLimiter(FORCE_DELETE_RESEND_SECONDS)
         self.group_ends = RateLimiter(END_KUEUE_GROUP_RESEND_SECONDS)
-        self.pod_group_events = RateLimiter(POD_GROUP_EVENT_SECONDS)
         self.failed_create_events = RateLimiter(refused.EVENT_WINDOW)
         self.refused_creates: dict[Key, str] = {}  # the last refused create's message per job (refused.py)
-        self._server_version: Optional[tuple[int, int]] = None  # (major, minor), read once when a job needs it
         self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0}
         self.gate = ha.Gate(config.leader_elect)  # --leader-elect: a standby acts on nothing (ha.py)
+        self.creates = Creator(self, self._sem)  # the create path: render, refusals, 409s (creates.py)
 
     def __copy__(self) -> Controller:
         # kopf shallow-copies the operator's memo for every object it watches (3000 copies at 1000 jobs); the
@@ -234,12 +228,12 @@ class Controller:
         creating = bool(dec.create_pods and dec.create_attempt is not None)
         create_first = creating and not (dec.delete_pods or dec.delete_job)
         if create_first and _starts(view.status, dec.status):
-            await self._create_decided(key, body, res, dec)
+            await self.creates.create_decided(key, body, res, dec)
             if key in self.refused_creates:  # refused without an error raised (a ConfigMap over the size limit)
                 self.kick(key)
                 return
             create_first = creating = False
-        create_task = asyncio.get_running_loop().create_task(self._create_decided(key, body, res, dec)) \
+        create_task = asyncio.get_running_loop().create_task(self.creates.create_decided(key, body, res, dec)) \
             if create_first else None
         try:
             job_exists = await self._write_status(key, body, view, dec, uid)
@@ -255,7 +249,7 @@ class Controller:
             return
         await self._send_deletes(key, body, dec, pods)
         if creating and not create_first:
-            await self._create_decided(key, body, res, dec)
+            await self.creates.create_decided(key, body, res, dec)
         if dec.requeue_after is not None:
             self.kick_later(key, dec.requeue_after + REQUEUE_SLACK_SECONDS)
 
@@ -327,13 +321,6 @@ class Controller:
         if sends:
             await asyncio.gather(*sends)
 
-    async def _create_decided(self, key: Key, body: dict[str, Any], res: validation.ValidationResult,
-                              dec: lifecycle.Decision) -> None:
-        # the commits staging recorded, in this very pass when it saw the download pod succeed
-        status = dec.job_status or api.parse_status(body.get("status"))
-        await self._create(key, body, res, dec.create_attempt, dec.create_pods,  # type: ignore[arg-type]
-                           dec.kueue_group, dec.kueue_server_group, staged=status.stagedRevisions)
-
     async def _delete_pod(self, ns: str, name: str, uid: Optional[str], grace_seconds: Optional[int] = None) -> None:
         assert self.kube is not None
         try:
@@ -372,99 +359,6 @@ class Controller:
         except kube.ApiError as exc:
             log.warning("cannot end the Kueue pod group of pod %s/%s (%s); the operator needs patch on pods "
                         "(chart: rbac.kueue=true)", ns, pod, exc)
-
-    async def _create(self, key: Key, body: dict[str, Any], res: validation.ValidationResult, attempt: int,
-                      pod_names: list[str], kueue_group: Optional[str] = None,
-                      kueue_server_group: Optional[str] = None,
-                      staged: Sequence[api.StagedRevision] = ()) -> None:
-        assert self.kube is not None and res.job is not None and res.topology is not None
-        ns, name = key
-        uid = (body.get("metadata") or {}).get("uid", "")
-        objs = render_job.render(res.job, res.topology, ns, uid=uid, image=self.config.image,
-                                 cpu_image=self.config.cpu_image, attempt=attempt,
-                                 metrics_port=self.config.trainer_metrics_port, kueue_group=kueue_group,
-                                 kueue_server_group=kueue_server_group, network_policy=self.config.network_policy(),
-                                 staged=staged)
-        too_large = render_job.oversized(objs)
-        if too_large:  # the server would refuse it: say so without sending anything
-            refused.note(self, key, manifests.names(name).config_map, too_large, body)
-            self.kick_later(key, POD_GROUP_RETRY_SECONDS)
-            return
-        no_sidecars = await self._native_sidecars_missing(objs)
-        if no_sidecars:
-            refused.note(self, key, name, no_sidecars, body)
-            self.kick_later(key, POD_GROUP_RETRY_SECONDS)
-            return
-        wanted = set(pod_names)
-        support = [o for o in objs if o["kind"] != "Pod"]
-        pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["name"] in wanted]
-        results = await asyncio.gather(*(self._create_one(key, uid, o, body) for o in support))
-        if not all(results):
-            return  # a ConfigMap/Service/PodGroup of ours is missing or owned by something else: pods would use the wrong one
-        self.expectations.created(key, [p["metadata"]["name"] for p in pods], attempt)
-        await asyncio.gather(*(self._create_one(key, uid, o, body) for o in pods))  # raises a refusal
-        self.refused_creates.pop(key, None)  # everything was created: the next pass clears CreateFailed
-
-    async def _native_sidecars_missing(self, objs: list[dict[str, Any]]) -> Optional[str]:
-        """spec.template.sidecars are native sidecars (Kubernetes 1.29+). An older API server accepts such a pod and
-        drops the sidecar's restartPolicy, so the pod would wait in Init forever: say why instead of creating it."""
-        if not any(pod_template.has_native_sidecars(o) for o in objs):
-            return None
-        assert self.kube is not None
-        if self._server_version is None:
-            info = await self.kube.request("GET", "/version")
-            self._server_version = kube.server_version(info)
-        if self._server_version >= pod_template.NATIVE_SIDECARS_SINCE:
-            return None
-        since = ".".join(map(str, pod_template.NATIVE_SIDECARS_SINCE))
-        return (f"spec.template.sidecars need native sidecar containers (Kubernetes {since} or newer) and this "
-                f"cluster's API server is {'.'.join(map(str, self._server_version))}: remove spec.template.sidecars "
-                "(an init container runs to completion before the trainer instead); no pod was created")
-
-    async def _create_one(self, key: Key, uid: str, obj: dict[str, Any], job: Optional[dict[str, Any]] = None) -> bool:
-        assert self.kube is not None
-        kind, ns, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
-        try:
-            async with self._sem:
-                await self.kube.create(obj)
-            self.stats["creates"] += 1
-            return True
-        except kube.Conflict:
-            pass  # AlreadyExists (or our own ambiguous earlier write): ours is success
-        except kube.ApiError as exc:
-            if kind not in kube.GROUP_PLURALS or exc.status not in (403, 404):
-                refused.report(self, key, obj, exc, job)  # a FailedCreate Event and condition: the server's message
-                if kind == "Pod":
-                    self.expectations.refused(key, name)
-                raise
-            # the gang scheduler's CRD is not installed, or the operator may not create PodGroups: no pods (the
-            # scheduler would refuse them, or schedule them one by one); say so, and try again later
-            why = (f"cannot create {obj['apiVersion']} {kind} {name} for spec.scheduling.gang ({exc.status} "
-                   f"{exc.reason}): install the scheduler's PodGroup CRD and grant the operator podgroups "
-                   f"(chart: rbac.podGroups=true); the pods are created once it exists")
-            log.warning("%s/%s: %s", ns, key[1], why)
-            if job is not None and self.pod_group_events.allow((ns, name)):
-                self.events.record(job, lifecycle.JobEvent("Warning", "PodGroupNotCreated", why))
-            self.kick_later(key, POD_GROUP_RETRY_SECONDS)
-            return False
-        try:
-            async with self._sem:
-                existing = await self.kube.get(kind, ns, name, api_version=obj.get("apiVersion"))
-        except kube.NotFound:
-            self.kick_later(key, BEING_DELETED_RETRY_SECONDS)  # it was being deleted; try again
-            return False
-        emeta = existing.get("metadata") or {}
-        owners = [r for r in emeta.get("ownerReferences") or [] if r.get("controller")]
-        if owners and owners[0].get("uid") == uid:
-            return True
-        if owners and owners[0].get("kind") == api.KIND and kind == "Pod":
-            return True  # an older job of the same name: the lifecycle deletes it through the index
-        info = lifecycle.PodInfo(name=f"{kind.lower()}/{name}", owner_uid=(owners[0].get("uid") if owners else None),
-                                 owner_kind=(owners[0].get("kind") if owners else None))
-        self.expectations.foreign(key, name, info)
-        log.warning("%s %s/%s exists and is not owned by GRPOJob %s", kind, ns, name, key[1])
-        self.kick_later(key, FOREIGN_RETRY_SECONDS)
-        return False
 
     async def _send_event(self, namespace: str, event: dict[str, Any]) -> None:
         if self.kube is not None:

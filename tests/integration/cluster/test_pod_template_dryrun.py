@@ -5,7 +5,7 @@ dropped silently, and a pod would run without it.
 
 The exception, asserted as such: the test API server is Kubernetes 1.20, which has no native sidecars (1.29+); it
 accepts a sidecar's `restartPolicy: Always` and drops it, which would leave the pod forever in Init. That is why
-docs/pod-template.md says sidecars need 1.29 and the operator (controller/handlers.py) refuses to create pods with
+docs/pod-template.md says sidecars need 1.29 and the operator (controller/creates.py) refuses to create pods with
 sidecars on a server that drops the field.
 """
 

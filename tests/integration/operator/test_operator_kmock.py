@@ -195,8 +195,8 @@ async def test_create_conflict_owned_by_us_is_success_and_foreign_is_a_conflict(
                   "ownerReferences": [{"kind": "Deployment", "name": "x", "uid": "X", "controller": True}]}}
         await c.kube.create(ours)
         await c.kube.create(theirs)
-        assert await c._create_one((NS, "j"), "U", ours) is True  # 409 AlreadyExists, owned by this job
-        assert await c._create_one((NS, "j"), "U", theirs) is False  # owned by something else
+        assert await c.creates.create_one((NS, "j"), "U", ours) is True  # 409 AlreadyExists, owned by this job
+        assert await c.creates.create_one((NS, "j"), "U", theirs) is False  # owned by something else
         pods = c.observed_pods((NS, "j"), "U")
         assert [p.name for p in pods] == ["configmap/j-config"] and pods[0].owner_kind == "Deployment"
         posts = [r for r in list(kmock) if meth(r) == "POST"]
