@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from grpo_trainer import contract
 
@@ -17,19 +15,11 @@ from ..api import gang as gang_names
 from ..api import trl_fields
 from . import batch, capabilities, parallelism, pod_rules, secrets, topology
 from .defaults import apply as apply_defaults
+from .errors import FieldError, capped, pydantic_errors, short
 from .limits import NO_LIMITS, Limits, nodes_problem
 
 DNS1123_LABEL = re.compile(api.DNS1123_LABEL)
 DNS1123_SUBDOMAIN = re.compile(api.DNS1123_SUBDOMAIN)
-
-
-@dataclass
-class FieldError:
-    field: str
-    message: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"field": self.field, "message": self.message}
 
 
 @dataclass
@@ -49,112 +39,6 @@ class ValidationResult:
         """The errors on one line, at most `limit` characters (it lands in status.message and a condition)."""
         text = "; ".join(f"{e.field}: {e.message}" for e in self.errors)
         return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _sub_models(tp: Any) -> list[type[BaseModel]]:
-    import typing
-
-    out = []
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        out.append(tp)
-    for arg in typing.get_args(tp):
-        out += _sub_models(arg)
-    return out
-
-
-def _siblings(parent_loc: tuple[Any, ...]) -> list[str]:
-    """Field names of the model at parent_loc (for 'did you mean')."""
-    model: Any = api.GRPOJobSpec
-    for part in parent_loc:
-        if isinstance(part, int):
-            continue
-        info = model.model_fields.get(part) if model else None
-        subs = _sub_models(info.annotation) if info else []
-        model = subs[0] if subs else None
-        if model is None:
-            return []
-    return [info.alias or name for name, info in model.model_fields.items()] if model else []
-
-_UNION_TAGS = re.compile(
-    r"^(int|str|float|bool|none|literal\[.*\]|list\[.*\]|dict\[.*\]|function-.*|constrained-.*|[a-z_]+\[.*\])$")
-
-
-_PATTERN_TEXT = {
-    api.REF_PATTERN: "must be a Hub id or a path without whitespace or control characters",
-    api.FUNCTION_PATTERN: "must be 'module.path:function' (Python identifiers, e.g. my_rewards:score)",
-    api.IMAGE_PATTERN: "must be an image reference like registry/name:tag",
-    api.ABS_PATH_PATTERN: "must be an absolute path of letters, digits, '.', '_', '-' and '/'",
-    api.ENV_NAME: "must be a valid environment variable name",
-    api.MODULE_NAME: "must be a module name of letters, digits, '_', '.' and '-' (e.g. q_proj)",
-}
-
-
-def _path(loc: tuple[Any, ...], prefix: str = "spec") -> str:
-    out = prefix
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif isinstance(part, str) and _UNION_TAGS.match(part):
-            continue
-        elif isinstance(part, str) and ("." in part or "/" in part or not part.isidentifier()):
-            out += f"[{part}]"
-        else:
-            out += f".{part}"
-    return out
-
-
-def _short(value: Any) -> str:
-    """A user's value as they wrote it (JSON, which YAML reads too: null, "text", {"a": 1}), never a Python repr."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):  # a key JSON cannot write (a YAML list as a key)
-        text = str(value)
-    return text if len(text) <= 60 else text[:57] + "…"
-
-
-_PY_TYPE = re.compile(r" or instance of [A-Za-z]+")
-_QUOTED = re.compile(r"'([^']*)'")
-
-
-def _choice_message(err: Any) -> str:
-    """An enum-like (Literal) field: the choices, and the closest one to what was written."""
-    choices = _QUOTED.findall(str((err.get("ctx") or {}).get("expected", "")))
-    got = err.get("input")
-    hint = difflib.get_close_matches(got, choices, n=1, cutoff=0.6) if isinstance(got, str) else []
-    did = f"; did you mean '{hint[0]}'?" if hint else ""
-    return f"{_short(got)} is not one of {', '.join(choices)}{did}"
-
-
-def _pydantic_errors(exc: ValidationError, prefix: str = "spec") -> list[FieldError]:
-    out: dict[str, FieldError] = {}
-    for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
-        path = _path(loc, prefix)
-        kind = err["type"]
-        msg = err["msg"]
-        if kind == "missing":
-            msg = "required field is missing"
-        elif kind == "extra_forbidden":
-            name = str(loc[-1]) if loc else "?"
-            # a flood of unknown keys: only the errors reported (capped) get a fuzzy match, computed once each
-            hint = difflib.get_close_matches(name, _siblings(loc[:-1]), n=1, cutoff=0.6) \
-                if len(out) < MAX_ERRORS and len(name) <= 64 else []
-            msg = f"unknown field '{_short(name)[1:-1]}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
-        elif kind == "string_pattern_mismatch":
-            pattern = str((err.get("ctx") or {}).get("pattern"))
-            msg = f"{_PATTERN_TEXT.get(pattern, 'has an invalid format')} (got {_short(err.get('input'))})"
-        elif kind == "value_error":
-            msg = msg.removeprefix("Value error, ")
-        elif kind == "literal_error":
-            msg = _choice_message(err)
-        else:
-            msg = f"{_PY_TYPE.sub('', msg)} (got {_short(err.get('input'))})"
-        if path in out:
-            if msg not in out[path].message:
-                out[path].message += f"; or {msg}"
-        else:
-            out[path] = FieldError(path, msg)
-    return list(out.values())
 
 
 def batch_input(spec: api.GRPOJobSpec, topo: topology.Topology, t: Optional[dict[str, Any]] = None) -> batch.BatchInput:
@@ -308,11 +192,10 @@ def valid_namespace(namespace: Any) -> bool:
 
 
 def namespace_problem(namespace: Any) -> str:
-    return (f"{_short(namespace)} is not a valid namespace: lowercase letters, digits and '-', starting and ending "
+    return (f"{short(namespace)} is not a valid namespace: lowercase letters, digits and '-', starting and ending "
             "with a letter or digit, at most 63 characters")
 
 
-MAX_ERRORS = 20  # reported per object: a denial stays short (400 bad env names made a ~460 KB one)
 MAX_SPEC_BYTES = 512 * 1024  # the spec as compact JSON; etcd stores at most ~1.5 MiB per object
 MAX_DEPTH = 32  # nesting of the spec: deeper input never reaches the models (no recursion error)
 
@@ -333,13 +216,6 @@ def size_and_depth(doc: Any, stop_at: int = MAX_SPEC_BYTES) -> tuple[int, int]:
         else:
             size += len(str(node)) + 2
     return size, depth
-
-
-def capped(errors: list[FieldError], limit: int = MAX_ERRORS) -> list[FieldError]:
-    """At most `limit` errors, the rest summed up in one more."""
-    if len(errors) <= limit:
-        return errors
-    return errors[:limit] + [FieldError("spec", f"…and {len(errors) - limit} more errors (fix these first)")]
 
 
 # Volumes and mount paths the operator adds to every trainer and vLLM pod (render/manifests.py `_volumes`; with
@@ -399,7 +275,7 @@ def _validate_spec(name: str, spec_doc: Any, limits: Limits) -> ValidationResult
     try:
         spec = api.GRPOJobSpec.model_validate(spec_doc)
     except ValidationError as exc:
-        res.errors += _pydantic_errors(exc)
+        res.errors += pydantic_errors(exc)
         return res
     res.job = api.GRPOJob(metadata=api.ObjectMeta(name=name), spec=spec)
     res.errors += _reserved_errors(spec)
@@ -438,7 +314,7 @@ def validate(doc: Any, limits: Limits = NO_LIMITS) -> ValidationResult:
     if kind != api.KIND or api_version != api.API_VERSION:
         res = ValidationResult(not_a_grpojob=True)
         res.errors.append(FieldError("kind" if kind != api.KIND else "apiVersion",
-                                     f"not a GRPOJob: apiVersion {_short(api_version)}, kind {_short(kind)} "
+                                     f"not a GRPOJob: apiVersion {short(api_version)}, kind {short(kind)} "
                                      f"(expected apiVersion: {api.API_VERSION}, kind: {api.KIND})"))
         return res
     meta = doc.get("metadata")
@@ -449,7 +325,7 @@ def validate(doc: Any, limits: Limits = NO_LIMITS) -> ValidationResult:
         name = ""
     elif len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
         name_errors.append(FieldError("metadata.name",
-                                      f"{_short(name)} is not a valid name: lowercase letters, digits, '-' and '.', "
+                                      f"{short(name)} is not a valid name: lowercase letters, digits, '-' and '.', "
                                       "starting and ending with a letter or digit, at most 253 characters"))
     namespace = meta.get("namespace") if isinstance(meta, dict) else None
     if namespace is not None and not valid_namespace(namespace):
@@ -474,6 +350,6 @@ def _gang_errors(spec: api.GRPOJobSpec, labels: Any) -> list[FieldError]:
     if gang is None or not queue:
         return []
     return [FieldError("spec.scheduling.gang",
-                       f"gang '{gang}' and the label {gang_names.KUEUE_QUEUE_LABEL}={_short(queue)} are both set: Kueue "
+                       f"gang '{gang}' and the label {gang_names.KUEUE_QUEUE_LABEL}={short(queue)} are both set: Kueue "
                        "admits the pods as one group by itself; remove spec.scheduling.gang, or remove the label to "
                        "gang-schedule with a PodGroup")]

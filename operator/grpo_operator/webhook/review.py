@@ -11,8 +11,8 @@ from typing import Any, Optional
 
 from .. import api
 from ..rules import validation
+from ..rules.errors import MAX_ERRORS
 from ..rules.limits import NO_LIMITS, Limits
-from ..rules.validation import MAX_ERRORS
 
 # Spec fields a running job cannot change: its pods were rendered from them (topology, batch, model, data…).
 MUTABLE_FIELDS = {"runPolicy"}

@@ -9,6 +9,7 @@ import yaml
 
 from grpo_operator.api import crd
 from grpo_operator.rules import validation
+from grpo_operator.rules.errors import MAX_ERRORS
 from tests.support.jobs import manifest
 from tests.support.schema import walk as _walk
 
@@ -34,7 +35,7 @@ def test_400_bad_env_names_give_a_short_denial() -> None:
     assert len(res.summary()) < 2_000  # was ~460 KB
     job["spec"]["template"] = {"env": [{"name": f"{i}-bad name"} for i in range(200)]}  # within the bound: 200 errors
     res = validation.validate(job)
-    assert not res.valid and len(res.errors) == validation.MAX_ERRORS + 1
+    assert not res.valid and len(res.errors) == MAX_ERRORS + 1
     assert "more errors" in res.errors[-1].message
     assert len(res.summary()) < 20_000
 

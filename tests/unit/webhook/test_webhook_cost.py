@@ -14,6 +14,7 @@ import pytest
 
 from grpo_operator.api import trl_fields
 from grpo_operator.rules import validation
+from grpo_operator.rules.errors import MAX_ERRORS
 from grpo_operator.webhook import review as webhook
 from grpo_operator.webhook import server as webhook_server
 from tests.support.jobs import job_body
@@ -43,7 +44,7 @@ def test_a_key_flood_computes_a_bounded_number_of_suggestions(where: str, monkey
     monkeypatch.setattr(difflib, "get_close_matches", counted)
     r = webhook.review("CREATE", flooded(where))
     assert not r.allowed
-    assert calls["n"] <= 2 * validation.MAX_ERRORS, calls  # trl_fields.suggest makes up to 2 per key
+    assert calls["n"] <= 2 * MAX_ERRORS, calls  # trl_fields.suggest makes up to 2 per key
     assert len(r.message) <= webhook.MAX_MESSAGE and "learningRat00000" in r.message
     assert "more" in r.message  # the rest is counted, not listed
 
@@ -143,4 +144,4 @@ def test_an_admission_fuzz_with_key_floods_stays_bounded(monkeypatch: pytest.Mon
         for res in (r, u):
             assert len(res.message) <= webhook.MAX_MESSAGE and all(len(w) <= 4096 for w in res.warnings)
         worst = max(worst, calls["n"])
-    assert worst <= 8 * validation.MAX_ERRORS, worst  # both reviews, each validating up to 3 objects
+    assert worst <= 8 * MAX_ERRORS, worst  # both reviews, each validating up to 3 objects
