@@ -8,13 +8,14 @@ Exit codes: 0 done; 1 an error (one line on stderr: bad flags, invalid spec, no 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from .kubectl_out import _dump, _err, _nonneg_int, _print
+from . import kubectl_submit
+from .kubectl_out import _dump, _err, _nonneg_int, _print, _show
+from .kubectl_text import describe_text, list_table
 
 PROG = "kubectl grpo"
 EXAMPLES = """examples:
@@ -97,46 +98,39 @@ class _Refuse(argparse.Action):
 LIST_HELP = "list GRPOJobs: phase, attempt, nodes, step, reward, age"
 
 
-def parser() -> argparse.ArgumentParser:
-    """The verbs, each with its own flags and its function (args.func); -n, --context, --kubeconfig everywhere."""
+def _common_flags() -> argparse.ArgumentParser:
+    """-n, --context, --kubeconfig: the parent of the plugin's parser and of every verb's."""
     common = _Parser(add_help=False)
     g = common.add_argument_group("global flags")
     g.add_argument("-n", "--namespace", default=argparse.SUPPRESS, help="namespace (default: the context's)")
     g.add_argument("--context", default=argparse.SUPPRESS, help="kube-config context")
     g.add_argument("--kubeconfig", default=argparse.SUPPRESS, help="kube-config file (default: $KUBECONFIG)")
-    p = _Parser(prog=PROG, parents=[common], description="Submit, watch and steer GRPOJobs.", epilog=EXAMPLES,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
+    return common
 
-    def cmd(name: str, help_: str, func: Callable[[Any, argparse.Namespace], int],
-            output: bool = True) -> argparse.ArgumentParser:
-        c = sub.add_parser(name, parents=[common], help=help_, description=help_, prog=f"{PROG} {name}")
-        c.set_defaults(func=func)
-        c.add_argument("-A", "--all-namespaces", nargs=0, action=_Refuse,
-                       message=f"-A/--all-namespaces applies to list only, not {name}")
-        if output:
-            c.add_argument("-o", "--output", type=_json_or_yaml, choices=("json", "yaml"), help="output format")
-        else:
-            c.add_argument("-o", "--output", action=_Refuse, message=f"-o does not apply to {name}")
-        return c
 
-    s = cmd("submit", "validate a GRPOJob manifest locally (the webhook's validator), then create it", _submit)
-    s.add_argument("-f", "--filename", required=True, help="the manifest (one GRPOJob document; - for stdin)")
-    s.add_argument("--name", help="metadata.name (overrides the manifest's)")
-    s.add_argument("--queue", help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
-    s.add_argument("--dry-run", choices=("none", "client", "server"), default="none", nargs="?", const="client",
-                   help="client: validate only, nothing sent (no kube-config needed); server: the API server "
-                        "admits the job and every object the operator would create for it (pods included) with "
-                        "dryRun=All, so quota, PodSecurity, policy engines and missing PriorityClasses answer now, "
-                        "and nothing is created")
+def _command(sub: Any, common: argparse.ArgumentParser, name: str, help_: str,
+             func: Callable[[Any, argparse.Namespace], int], output: bool = True) -> argparse.ArgumentParser:
+    """A verb other than list: its function, -o json|yaml (or a pointed refusal), and a pointed refusal of -A."""
+    c = sub.add_parser(name, parents=[common], help=help_, description=help_, prog=f"{PROG} {name}")
+    c.set_defaults(func=func)
+    c.add_argument("-A", "--all-namespaces", nargs=0, action=_Refuse,
+                   message=f"-A/--all-namespaces applies to list only, not {name}")
+    if output:
+        c.add_argument("-o", "--output", type=_json_or_yaml, choices=("json", "yaml"), help="output format")
+    else:
+        c.add_argument("-o", "--output", action=_Refuse, message=f"-o does not apply to {name}")
+    return c
+
+
+def _add_list(sub: Any, common: argparse.ArgumentParser) -> None:
     ls = sub.add_parser("list", parents=[common], help=LIST_HELP, description=LIST_HELP, prog=f"{PROG} list")
     ls.set_defaults(func=_list)
     ls.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
     ls.add_argument("-o", "--output", choices=("json", "yaml", "wide"), help="output format")
     ls.add_argument("-l", "--selector", help="label selector")
-    cmd("describe", "a job's status, conditions, pods and events", _describe).add_argument("name")
-    lg = cmd("logs", "the trainer log of a node rank (follows gang restarts with -f)", _logs, output=False)
+
+
+def _logs_arguments(lg: argparse.ArgumentParser) -> None:
     lg.add_argument("name")
     lg.add_argument("-f", "--follow", action="store_true", help="keep following, across gang restarts")
     lg.add_argument("--rank", type=_rank, default=0,
@@ -145,188 +139,61 @@ def parser() -> argparse.ArgumentParser:
     lg.add_argument("--since", type=duration, help="only lines newer than this (e.g. 10m)")
     lg.add_argument("--attempt", type=_nonneg_int, help="read this attempt's pod (default: the current one)")
     lg.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
-    from . import kubectl_plot
 
-    kubectl_plot.add_arguments(cmd("plot", kubectl_plot.HELP, kubectl_plot.run))
-    w = cmd("wait", "wait until the job reaches a phase (exit 0), ends otherwise (1) or times out (2)", _wait)
+
+def _wait_arguments(w: argparse.ArgumentParser) -> None:
     w.add_argument("name")
     w.add_argument("--for", dest="phases", type=_phases, required=True,
                    help="phase(s), comma-separated: Pending, Running, Restarting, Succeeded, Failed, Suspended, "
                         "Rejected")
     w.add_argument("--timeout", type=duration, default=600.0, help="default 10m")
-    cmd("suspend", "suspend the job (its pods are deleted; resume continues from the checkpoint)",
-        _suspend).add_argument("name")
-    cmd("resume", "resume a suspended job", _resume).add_argument("name")
-    d = cmd("delete", "delete the job and its pods", _delete)
+
+
+def _delete_arguments(d: argparse.ArgumentParser) -> None:
     d.add_argument("name")
     d.add_argument("--wait", action="store_true", help="return once the job and its pods are gone")
     d.add_argument("--timeout", type=duration, default=300.0, help="with --wait (default 5m)")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The verbs, each with its own flags and its function (args.func); -n, --context, --kubeconfig everywhere."""
+    common = _common_flags()
+    p = _Parser(prog=PROG, parents=[common], description="Submit, watch and steer GRPOJobs.", epilog=EXAMPLES,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def cmd(name: str, help_: str, func: Callable[[Any, argparse.Namespace], int],
+            output: bool = True) -> argparse.ArgumentParser:
+        return _command(sub, common, name, help_, func, output)
+
+    kubectl_submit.add_arguments(cmd("submit", kubectl_submit.HELP, kubectl_submit.run))
+    _add_list(sub, common)
+    cmd("describe", "a job's status, conditions, pods and events", _describe).add_argument("name")
+    _logs_arguments(cmd("logs", "the trainer log of a node rank (follows gang restarts with -f)", _logs,
+                        output=False))
+    from . import kubectl_plot
+
+    kubectl_plot.add_arguments(cmd("plot", kubectl_plot.HELP, kubectl_plot.run))
+    _wait_arguments(cmd("wait", "wait until the job reaches a phase (exit 0), ends otherwise (1) or times out (2)",
+                        _wait))
+    cmd("suspend", "suspend the job (its pods are deleted; resume continues from the checkpoint)",
+        _suspend).add_argument("name")
+    cmd("resume", "resume a suspended job", _resume).add_argument("name")
+    _delete_arguments(cmd("delete", "delete the job and its pods", _delete))
     return p
 
 
-# ------------------------------------------------------------------------------------------------ output
-def _age(ts: Optional[str], now: Optional[_dt.datetime] = None) -> str:
-    """kubectl's AGE: 45s, 12m, 5h, 3d."""
-    from grpo_operator.client.types import parse_time
-
-    t = parse_time(ts)
-    if t is None:
-        return "-"
-    secs = max(0, int(((now or _dt.datetime.now(_dt.UTC)) - t).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size:
-            return f"{secs // size}{unit}"
-    return f"{secs}s"
-
-
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows)
-
-
-def _reward(job: Any) -> str:
-    r = job.progress.reward if job.progress else None
-    return f"{r:.3f}" if isinstance(r, (int, float)) else "-"
-
-
-def _step(job: Any) -> str:
-    p = job.progress
-    if p is None or p.step is None:
-        return "-"
-    return p.display or (f"{p.step}/{p.max_steps}" if p.max_steps else str(p.step))
-
-
-def list_table(jobs: Sequence[Any], all_namespaces: bool, wide: bool) -> str:
-    head = (["NAMESPACE"] if all_namespaces else []) + ["NAME", "PHASE", "ATTEMPT", "NODES", "STEP", "REWARD", "AGE"]
-    if wide:
-        head += ["TOPOLOGY", "QUEUE", "MESSAGE"]
-    rows = [head]
-    for j in jobs:
-        row = ([j.namespace] if all_namespaces else []) + [j.name, j.phase, str(j.attempt), str(j.nodes), _step(j),
-                                                             _reward(j), _age(j.creation_timestamp)]
-        if wide:
-            row += [j.topology or "-", j.queue or "-", (j.message or "")[:80]]
-        rows.append(row)
-    return _table(rows)
-
-
-def describe_text(job: Any, events: Sequence[Any], notes: Optional[dict[str, str]] = None) -> str:
-    notes = notes or {}
-    out = [f"Name:         {job.name}", f"Namespace:    {job.namespace}", f"Phase:        {job.phase}"]
-    if job.message:
-        out.append(f"Message:      {job.message}")
-    waiting = job.waiting_for
-    if waiting:
-        out.append(f"Waiting for:  {waiting}")
-    requeued = f", {job.requeues} by Kueue" if job.requeues else ""
-    out += [f"Attempt:      {job.attempt} (gang restarts so far{requeued})", f"Nodes:        {job.nodes}"
-            + (f" ({job.topology} nodes×processes)" if job.topology else ""),
-            f"Suspend:      {str(job.suspended).lower()}"]
-    if job.queue:
-        out.append(f"Queue:        {job.queue}")
-    if job.last_failure_reason:
-        out.append(f"Last failure: {job.last_failure_reason}")
-    for label, ts in (("Created", job.creation_timestamp), ("Started", job.start_time),
-                      ("Completed", job.completion_time)):
-        if ts:
-            out.append(f"{label + ':':<13} {ts}")
-    if not job.up_to_date:
-        seen = "no status yet" if job.observed_generation is None else \
-            f"status is for generation {job.observed_generation}"
-        out.append(f"Note:         {seen}, spec is at generation {job.generation}")
-    p = job.progress
-    if p is not None:
-        bits = [f"step {_step(job)}"]
-        if p.reward is not None:
-            bits.append(f"reward {p.reward:.4g}")
-        if p.kl is not None:
-            bits.append(f"kl {p.kl:.4g}")
-        if p.tokens_per_second is not None:
-            bits.append(f"{p.tokens_per_second:.4g} tokens/s")
-        if p.eta_seconds is not None:
-            bits.append(f"eta {int(p.eta_seconds)}s")
-        out.append("Progress:     " + ", ".join(bits))
-    if job.conditions:
-        out.append("Conditions:")
-        rows = [["  TYPE", "STATUS", "REASON", "AGE", "MESSAGE"]]
-        rows += [[f"  {c.type}", c.status, c.reason or "-", _age(c.last_transition_time), c.message[:100]]
-                 for c in job.conditions]
-        out.append(_table(rows))
-        stall = next((c for c in job.conditions if c.type == "Stalled" and c.message), None)
-        if stall is not None:  # whole: the stuck rank's innermost frames are at its end (docs/operator.md#stalls)
-            out.append(f"Stall:        {stall.message}")
-    out.append("Pods:" if job.pods else f"Pods:         <{notes.get('pods', 'none')}>")
-    if job.pods:
-        rows = [["  RANK", "POD", "ATTEMPT", "PHASE", "NODE", "DETAIL"]]
-        for pod in job.pods:
-            rows.append([f"  {pod.rank if pod.rank is not None else pod.role}", pod.name, str(pod.attempt),
-                         pod.phase + (" (deleting)" if pod.deleting else ""), pod.node_name or "-",
-                         pod.detail or "-"])
-        out.append(_table(rows))
-    out.append("Events:" if events else f"Events:       <{notes.get('events', 'none')}>")
-    if events:
-        rows = [["  TYPE", "REASON", "AGE", "OBJECT", "MESSAGE"]]
-        for e in events[-20:]:
-            rows.append([f"  {e.type}", e.reason, _age(e.last_time) + (f" (x{e.count})" if e.count > 1 else ""),
-                         f"{e.object_kind.lower()}/{e.object_name}", e.message[:120]])
-        out.append(_table(rows))
-    return "\n".join(out)
-
-
 # ------------------------------------------------------------------------------------------------ commands
-def _precheck(args: argparse.Namespace) -> None:
-    """submit: the manifest read and validated before any kube-config is (a spec error is the first thing said), its
-    warnings printed as kubectl prints the API server's; args.filename becomes the body, so stdin is read once."""
-    from grpo_operator.client import InvalidJob
-    from grpo_operator.client import _contract as c
-    from grpo_operator.client.inputs import body_from
-
-    body, source = body_from(args.filename, args.name)
-    checked = {**body, "metadata": {**(body.get("metadata") or {}), **({"name": args.name} if args.name else {})}} \
-        if isinstance(body.get("metadata", {}), dict) else body
-    result = c.validate(checked)
-    if not result.valid:
-        raise InvalidJob([(e.field, e.message) for e in result.errors], source)
-    for w in result.warnings:
-        sys.stderr.write(f"Warning: {w}\n")
-    args.filename = body
-
-
 def run(args: argparse.Namespace, make_client: Callable[..., Any]) -> int:
     """The verb's function (set by parser()) with a client for the global flags."""
-    if args.func is _submit:
-        _precheck(args)
-        if args.dry_run == "client":
-            _print(f"grpojob.grpo.dev/{args.filename['metadata'].get('name') or args.name} valid (dry run)")
-            return 0
+    if args.func is kubectl_submit.run:
+        done = kubectl_submit.before_client(args)
+        if done is not None:
+            return done
     client = make_client(namespace=getattr(args, "namespace", None), context=getattr(args, "context", None),
                          config_file=getattr(args, "kubeconfig", None))
     return int(args.func(client, args))
-
-
-def _show(job: Any, output: Optional[str], done: str) -> None:
-    _print(_dump(job.as_dict(), output) if output else f"grpojob.grpo.dev/{job.name} {done}")
-
-
-def _submit(client: Any, args: argparse.Namespace) -> int:
-    if args.dry_run == "server":
-        return _dry_run(client, args)
-    job = client.create_job(args.filename, name=args.name, queue=args.queue)
-    _show(job, args.output, "created")
-    return 0
-
-
-def _dry_run(client: Any, args: argparse.Namespace) -> int:
-    report = client.dry_run_job(args.filename, name=args.name, queue=args.queue)
-    if args.output:
-        _print(_dump(report.as_dict(), args.output))
-    else:
-        _print(f"grpojob.grpo.dev/{report.job.name} created (server dry run)")
-        for o in report.objects:
-            _print(f"{o.kind.lower()}/{o.name} {'created (server dry run)' if o.ok else 'refused'}")
-    for o in report.refused:
-        _err(f"error: {o.kind.lower()}/{o.name}: {o.error}")
-    return 0 if not report.refused else 1
 
 
 def _list(client: Any, args: argparse.Namespace) -> int:

@@ -1,11 +1,11 @@
-"""Output and flag helpers shared by the `kubectl grpo` verbs (kubectl_grpo.py, kubectl_plot.py)."""
+"""Output and flag helpers shared by the `kubectl grpo` verbs (kubectl_grpo.py, kubectl_submit.py, kubectl_plot.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, Optional
 
 
 def _nonneg_int(text: str) -> int:
@@ -29,6 +29,10 @@ def _dump(data: Any, fmt: str) -> str:
 def _print(text: str) -> None:
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def _show(job: Any, output: Optional[str], done: str) -> None:
+    _print(_dump(job.as_dict(), output) if output else f"grpojob.grpo.dev/{job.name} {done}")
 
 
 def _err(text: str) -> None:

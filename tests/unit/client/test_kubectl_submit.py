@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from grpo_operator.cli import kubectl_grpo as cli
+from grpo_operator.cli import kubectl_text
 
 REPO = Path(__file__).resolve().parents[3]
 TINY = REPO / "examples" / "local-tiny" / "grpojob.yaml"
@@ -94,5 +95,5 @@ def test_describe_and_list_of_fixture_jobs_speak_plainly(b: Any, status: Any) ->
     events = [Event.from_dict({"type": "Warning", "reason": "Restarting", "message": "gang restart",
                                "involvedObject": {"kind": "GRPOJob", "name": "train"}}),
               Event.from_dict({})]
-    text = cli.describe_text(job, events) + "\n" + cli.list_table([job], True, True)
+    text = kubectl_text.describe_text(job, events) + "\n" + kubectl_text.list_table([job], True, True)
     assert REPR.search(text) is None, text

@@ -89,7 +89,7 @@ def test_a_rank_whose_process_exited_is_no_frozen_heartbeat() -> None:
 
 
 def test_kubectl_grpo_describe_shows_the_whole_stall_message() -> None:
-    from grpo_operator.cli.kubectl_grpo import describe_text
+    from grpo_operator.cli.kubectl_text import describe_text
     from grpo_operator.client.types import Job
     from tests.support.jobs import job_body
 
