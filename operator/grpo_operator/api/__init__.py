@@ -1,7 +1,7 @@
 """The GRPOJob API: the single source of truth for spec and status.
 
-pydantic models of spec/status (models), the CRD and its CEL rules generated from them (crd, cel), TRL's GRPOConfig
-field table (trl_fields + data/). Pure: may import pydantic, yaml and the standard library; nothing else of
+pydantic models of spec/status (models, template), the CRD and its CEL rules generated from them (crd, cel), TRL's
+GRPOConfig field table (trl_fields + data/). Pure: may import pydantic, yaml and the standard library; nothing else of
 grpo_operator.
 """
 
@@ -12,7 +12,6 @@ from .models import (
     BUILTIN_REWARDS,
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
-    ENV_NAME,
     FUNCTION_PATTERN,
     GROUP,
     INT64_MAX,
@@ -27,19 +26,14 @@ from .models import (
     VERSION,
     CacheSpec,
     DatasetSpec,
-    EnvVar,
-    ExtraContainer,
     GRPOJob,
     GRPOJobSpec,
-    K8sObject,
     ObjectMeta,
     OutputSpec,
-    PodTemplate,
     RewardSpec,
     RunPolicy,
     SchedulingSpec,
     SecretKeyRef,
-    TemplateMetadata,
     TrainingSpec,
     VllmSpec,
     training_kwargs,
@@ -56,6 +50,7 @@ from .status_models import (
     parse_lenient,
     parse_status,
 )
+from .template import ENV_NAME, EnvVar, ExtraContainer, K8sObject, PodTemplate, TemplateMetadata
 from .vllm_server import VllmServerSpec
 
 # the package's public surface (explicit, so that mypy's no_implicit_reexport accepts `api.X`)
