@@ -14,8 +14,13 @@ PODGROUPS = {"apiGroups": ["scheduling.x-k8s.io", "scheduling.volcano.sh"], "res
 POD_PATCH = {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}
 
 
+# the operator's own roles: not the webhook's, nor the aggregated roles for people (rbac.aggregatedRoles)
+NOT_THE_OPERATORS = ("-webhook", "-grpojob-edit", "-grpojob-view")
+
+
 def roles(values: dict[str, Any]) -> list[dict[str, Any]]:
-    return [o for o in render(values) if o["kind"] in ("ClusterRole", "Role") and not o["metadata"]["name"].endswith("-webhook")]
+    return [o for o in render(values) if o["kind"] in ("ClusterRole", "Role")
+            and not o["metadata"]["name"].endswith(NOT_THE_OPERATORS)]
 
 
 @pytest.mark.parametrize("scope", [{}, {"watch": {"namespaces": ["a", "b"]}}])
