@@ -36,7 +36,7 @@ def load_as_the_trainer(hub: HubEmulator, home: Path, config: Path, revisions: l
     """The trainer's preparation in a pod of this job: offline, the cache read from `home`, the commits pinned."""
     probe = ("import json, sys\nfrom transformers import AutoConfig\nfrom grpo_trainer import config, train\n"
              "cfg = config.load(sys.argv[1])\n"
-             "tok, rewards, ds, args, revision, trust = train._prepare(cfg, cuda=False)\n"
+             "tok, rewards, (ds, _eval), args, revision, trust = train._prepare(cfg, cuda=False)\n"
              "mark = AutoConfig.from_pretrained(cfg.model, **{'revision': revision}).grpo_test_mark\n"
              "rm = [getattr(f, 'config', None) for f in rewards][1]\n"
              "print(json.dumps({'revision': revision, 'mark': mark, 'rows': len(ds), 'reward_mark': rm.grpo_test_mark,"
