@@ -257,9 +257,14 @@ def callback(clock: PhaseClock) -> Any:
     return PhaseCallback()
 
 
-def start(output_dir: str) -> PhaseClock:
-    """This process's clock, heartbeat thread started, and its stacks registered on STACKS_SIGNAL."""
-    rank = int(os.environ.get("RANK", "0"))
-    path = stacks_path(output_dir, os.environ.get(C.ATTEMPT_ENV, "0"), rank)
-    clock = PhaseClock(rank, directory=beat_dir(), stacks=path if register_stacks(path) else "")
-    return clock.start()
+def start() -> PhaseClock:
+    """This process's clock, heartbeat thread started (its stacks: register() once the output is known good)."""
+    return PhaseClock(int(os.environ.get("RANK", "0")), directory=beat_dir(), stacks="").start()
+
+
+def register(clock: PhaseClock, output_dir: str) -> None:
+    """This process's stacks into <output>/stalls/attempt-N/rank-R.txt on STACKS_SIGNAL. Called after the trainer's
+    cheap input checks: a job refused for its inputs writes nothing into its output volume."""
+    path = stacks_path(output_dir, os.environ.get(C.ATTEMPT_ENV, "0"), clock.rank)
+    if register_stacks(path):
+        clock.stacks = path

@@ -129,10 +129,11 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     from . import metrics as metrics_mod
     from . import phases
 
-    clock = phases.start(cfg.output_dir)  # every rank: its phase and heartbeat; its stacks on a signal
+    clock = phases.start()  # every rank: its phase and heartbeat
     metrics = metrics_mod.start(cfg.metrics_port, cfg.job_name, cfg.job_namespace, clock.directory or "")
     # 1.-2. Cheap checks, then GRPOConfig (TRL's batch check with the real world size).
     tokenizer, reward_funcs, splits, args, revision, trust = _prepare(cfg, cuda)
+    phases.register(clock, cfg.output_dir)  # its stacks on a signal, into the output volume the checks found good
     # 3. The checkpoint to resume from; a job restarted after it already reached max_steps only re-saves the model
     #    (resuming at max_steps would make transformers train one more step).
     checkpoint = resume.latest_checkpoint(cfg.output_dir)
