@@ -30,10 +30,8 @@ def flooded(where: str) -> dict[str, Any]:
     return body
 
 
-@pytest.mark.parametrize("where", ["training", "spec"])
-def test_a_key_flood_computes_a_bounded_number_of_suggestions(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Finding 3: every unknown spec.training key ran difflib over ~180 names (and every unknown spec key over its
-    siblings): the cost grew with the number of keys a tenant sent. Now the matches stop at the reported errors."""
+def count_fuzzy_matches(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """difflib.get_close_matches counted (the validator's "did you mean"): {"n": calls so far}."""
     calls = {"n": 0}
     real = difflib.get_close_matches
 
@@ -42,6 +40,14 @@ def test_a_key_flood_computes_a_bounded_number_of_suggestions(where: str, monkey
         return real(*a, **k)
 
     monkeypatch.setattr(difflib, "get_close_matches", counted)
+    return calls
+
+
+@pytest.mark.parametrize("where", ["training", "spec"])
+def test_a_key_flood_computes_a_bounded_number_of_suggestions(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding 3: every unknown spec.training key ran difflib over ~180 names (and every unknown spec key over its
+    siblings): the cost grew with the number of keys a tenant sent. Now the matches stop at the reported errors."""
+    calls = count_fuzzy_matches(monkeypatch)
     r = webhook.review("CREATE", flooded(where))
     assert not r.allowed
     assert calls["n"] <= 2 * MAX_ERRORS, calls  # trl_fields.suggest makes up to 2 per key
@@ -126,14 +132,7 @@ def test_an_admission_fuzz_with_key_floods_stays_bounded(monkeypatch: pytest.Mon
     import random
 
     rng = random.Random(27)
-    calls = {"n": 0}
-    real = difflib.get_close_matches
-
-    def counted(*a: Any, **k: Any) -> Any:
-        calls["n"] += 1
-        return real(*a, **k)
-
-    monkeypatch.setattr(difflib, "get_close_matches", counted)
+    calls = count_fuzzy_matches(monkeypatch)
     worst = 0
     for i in range(120):
         calls["n"] = 0
