@@ -116,6 +116,7 @@ class PhaseClock:
                 self.publish()
                 self._stop.wait(self.interval)
 
+        self.publish()  # the record exists when start() returns, however late the thread first runs
         threading.Thread(target=tick, name="grpo-heartbeat", daemon=True).start()
         return self
 

@@ -30,7 +30,12 @@ MAX_BODY_BYTES = 64 * 1024
 
 async def read_bounded(resp: aiohttp.ClientResponse, limit: int = MAX_BODY_BYTES) -> bytes:
     """The body, when it is at most `limit` bytes; ValueError (a wedged or hostile server) when longer."""
-    raw = await resp.content.read(limit + 1)
+    raw = b""
+    while len(raw) <= limit:  # read(n) returns what has arrived, at most n: loop until the end or past the bound
+        chunk = await resp.content.read(limit + 1 - len(raw))
+        if not chunk:
+            break
+        raw += chunk
     if len(raw) > limit:
         raise ValueError(f"answer longer than {limit} bytes")
     return raw
