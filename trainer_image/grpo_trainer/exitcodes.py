@@ -90,7 +90,7 @@ def classify(exc: BaseException) -> TrainerError | None:
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is always there in the image
-        torch = None  # type: ignore[assignment]
+        torch = None
     if torch is not None:
         if isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
             return TrainerError(ACCELERATOR_OOM, f"out of memory on the accelerator: {exc}".splitlines()[0])

@@ -70,4 +70,4 @@ def pin_trl_config(model: str, commit: str) -> None:
                 kwargs.setdefault("revision", commit)
             return AutoConfig.from_pretrained(model_id, *args, **kwargs)
 
-    trl_utils.AutoConfig = _PinnedAutoConfig  # type: ignore[misc,assignment]
+    trl_utils.AutoConfig = _PinnedAutoConfig

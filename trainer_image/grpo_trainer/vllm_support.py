@@ -107,7 +107,7 @@ def _patch_trl_llm() -> None:
         return engine
 
     llm._grpo_cpu = True  # type: ignore[attr-defined]
-    vllm_generation.LLM = llm  # type: ignore[misc,assignment]  # a wrapper where TRL calls the class  # type: ignore[misc,assignment]  # a wrapper in place of the class, on purpose
+    vllm_generation.LLM = llm  # a wrapper where TRL calls the class, on purpose
 
 
 def check_plain_linears(llm) -> None:
@@ -145,4 +145,4 @@ def pin_revision(revision: str) -> None:
         return original(*args, **kwargs)
 
     llm._grpo_revision = revision  # type: ignore[attr-defined]
-    vllm_generation.LLM = llm  # type: ignore[misc,assignment]  # a wrapper where TRL calls the class
+    vllm_generation.LLM = llm  # a wrapper where TRL calls the class
