@@ -33,6 +33,8 @@ die() { log "ERROR: $*"; exit 1; }
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 CACHE=$OUT/.cache; LOGS=$OUT/logs
 mkdir -p "$CACHE" "$LOGS"
+# One build at a time per DIR (test runs of several clones share the machine's cache): the next waits.
+exec 9>"$OUT/.lock"; flock 9
 export DEBIAN_FRONTEND=noninteractive
 
 # Image names: the chart's defaults (values.yaml image.repository:appVersion, trainerImage).

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.journey import IMAGES_OUT
+
 from . import podrun
 
 REPO = podrun.REPO
-OUT = Path(os.environ.get("GRPO_IMAGES_OUT", REPO / "out" / "images"))
+OUT = IMAGES_OUT
 BUILD_TIMEOUT = 1500  # a cold build is ~7 min here (docs/performance.md); cached, seconds
 
 
