@@ -350,8 +350,8 @@ class GRPOJobSpec(_Model):
                     problems.append(f"'{key:.60}' is not a TRL {trl_fields.trl_version()} GRPOConfig argument{did}")
             if more:
                 problems.append(f"and {more} more unknown training argument(s)")
-            if problems:
-                raise ValueError("; ".join(problems))
+            if problems:  # one per line: the error formatter shows each as an error of its own
+                raise ValueError("\n".join(problems))
         return v
 
 

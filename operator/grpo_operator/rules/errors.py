@@ -125,6 +125,10 @@ def pydantic_errors(exc: ValidationError, prefix: str = "spec") -> list[FieldErr
             msg = _choice_message(err)
         else:
             msg = f"{_PY_TYPE.sub('', msg)} (got {short(err.get('input'))})"
+        if "\n" in msg:  # a validator's several findings for one field: an error each
+            for i, line in enumerate(msg.splitlines()):
+                out.setdefault(f"{path}\n{i}", FieldError(path, line))
+            continue
         if path in out:
             if msg not in out[path].message:
                 out[path].message += f"; or {msg}"
