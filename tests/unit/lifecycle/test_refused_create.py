@@ -4,21 +4,18 @@ operator restart (no record) leaves it as it was (lifecycle/create.py refused_cr
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any, Optional
 
 from grpo_operator import lifecycle as lc
-from tests.support.jobs import job_body, pod_body
+from tests.support import lifecycle
+from tests.support.jobs import job_body
+from tests.support.lifecycle import T0, UID
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
 MESSAGE = 'Error creating Pod job-node-0: 403 Forbidden: pods "job-node-0" is forbidden: exceeded quota: q'
 
 
 def decide(status: Optional[dict[str, Any]], pods: list[lc.PodInfo], refusal: Optional[str]) -> lc.Decision:
-    view = lc.JobView.from_body(job_body("job", nodes=2, uid=UID, status=status))
-    view.create_refused = refusal
-    return lc.decide(view, pods, T0, lc.Policy())
+    return lifecycle.decide(job_body("job", nodes=2, uid=UID, status=status), pods, create_refused=refusal)
 
 
 def cond(dec: lc.Decision) -> dict[str, Any]:
@@ -27,7 +24,7 @@ def cond(dec: lc.Decision) -> dict[str, Any]:
 
 
 def pod(rank: int) -> lc.PodInfo:
-    return lc.summarize_pod(pod_body("job", rank, "Pending", uid=UID))
+    return lifecycle.pod(rank, "Pending")
 
 
 def test_a_refused_create_is_condition_create_failed_and_the_pods_are_tried_again() -> None:
