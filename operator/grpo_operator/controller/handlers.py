@@ -139,6 +139,7 @@ class Controller:
         self.probes.forget(key)
         self.stalls.forget(key)
         self.stack_dumps.forget(key)
+        opmetrics.forget_job(*key)
 
     def ensure_background(self) -> None:
         self.queue.start_resync()
@@ -204,11 +205,17 @@ class Controller:
 
     # ------------------------------------------------------------------ reconcile
     async def reconcile(self, key: Key) -> None:
-        """One pass for one job: decide, then write the status, send the deletes, create (in that order)."""
+        """One pass for one job, counted once done (grpo_operator_reconcile_passes_total)."""
         body = self.jobs.get(key)
         if body is None or self.kube is None or self.pods is None or not self.pods.synced:
             return  # every job is kicked once the pods are listed
         self.stats["reconciles"] += 1
+        await self._pass(key, body)
+        if key in self.jobs:  # not a job forgotten during the pass (deleted): its series is gone
+            opmetrics.RECONCILE_PASSES.labels(namespace=key[0], name=key[1]).inc()
+
+    async def _pass(self, key: Key, body: dict[str, Any]) -> None:
+        """Decide, then write the status, send the deletes, create (in that order)."""
         uid = (body.get("metadata") or {}).get("uid", "")
         res = self._validate(key, body)
         view = lifecycle.JobView.from_body(body, res)
