@@ -79,7 +79,8 @@ async def suspend_pass(conflict: bool) -> tuple[handlers.Controller, Kube, list[
 
     c.queue.work = record
     await c.reconcile(("ns", "j"))
-    await asyncio.sleep(0.05)  # the event recorder's background sends, the queue's pass
+    await c.events.close(flush_seconds=30)  # every Event recorded is sent
+    await asyncio.gather(*c.queue.tasks.values())  # the passes kicked meanwhile have run
     return c, k, passes
 
 
@@ -140,7 +141,7 @@ async def test_a_first_create_refused_before_sending_writes_no_status_claiming_t
 
     c.queue.work = record
     await c.reconcile(("ns", "j"))
-    await asyncio.sleep(0.05)
+    await asyncio.gather(*c.queue.tasks.values())  # the pass kicked meanwhile has run
     assert k.status_writes == [] and passes == [("ns", "j")] and not any(s.startswith("POST") for s in k.sent)
     await c.reconcile(("ns", "j"))
     patch = k.status_writes[0][0]
