@@ -228,6 +228,7 @@ class Controller:
         self.probes.request(key, dec.probe_server)  # a kept vLLM server's engine probe (a read: no status first)
         self.stack_dumps.request(key, dec.dump_stacks, self._endpoints(key))  # a stalled attempt's stacks, pods kept
         k = self.kube
+        assert k is not None  # reconcile() checked
         # Status first when the decision deletes anything: a gang restart must never run on an unrecorded decision.
         # Creations carry their attempt in the pods themselves, so they may go alongside the status write; except a
         # job's first ones, which go before the status that records its start (startTime, Created): a refused
