@@ -7,15 +7,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.cluster.kubectl import Kubectl
 from tests.support.cluster.util import ManagedProcess, free_port, wait_until
+from tests.support.jobs import manifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,7 +47,13 @@ class OperatorProcess:
     def __init__(self, kubeconfig: Path, logdir: Path, *args: str, env: Optional[dict[str, str]] = None,
                  webhook: bool = False):
         self.webhook_port = free_port() if webhook else None
+        self.args = args
         argv = [sys.executable, "-m", "grpo_operator.cli.grpo_operator", *args]
+        if "--metrics-listen" in args:  # a test that reads the operator's metrics itself
+            self.metrics_port = int(args[args.index("--metrics-listen") + 1].rpartition(":")[2])
+        else:  # its /metrics: the per-job pass counts wait_pass() reads
+            self.metrics_port = free_port()
+            argv += ["--metrics-listen", f"127.0.0.1:{self.metrics_port}"]
         if webhook:
             host = os.environ.get("GRPO_TEST_WEBHOOK_HOST", "127.0.0.1")
             listen = "0.0.0.0" if host != "127.0.0.1" else "127.0.0.1"
@@ -68,8 +76,16 @@ class OperatorProcess:
                 hooks = (vwc or {}).get("webhooks") or []
                 return bool(hooks) and str(self.webhook_port) in hooks[0]["clientConfig"].get("url", "")
             wait_until(ready, 60, 0.2, what="operator webhook configuration")
-            time.sleep(0.3)
+            wait_until(self._webhook_denies, 60, 0.2, what="the API server calling the operator's webhook")
         return self
+
+    def _webhook_denies(self) -> bool:
+        """A server-side dry run of a job the rules refuse is denied: the API server calls this webhook now (it
+        reads a new webhook configuration a moment after it is written)."""
+        ns = self.args[self.args.index("--namespace") + 1] if "--namespace" in self.args else "default"
+        bad = manifest("webhook-ready", gpus=3, per_device=1, num_generations=8)
+        r = self.kubectl.create(bad, "-n", ns, "--dry-run=server", check=False)
+        return "denied the request" in r.stderr and "numGenerations" in r.stderr
 
     def stop(self) -> None:
         self.proc.stop()
@@ -82,6 +98,28 @@ class OperatorProcess:
 
     def log(self, lines: int = 80) -> str:
         return self.proc.log_tail(lines)
+
+    def passes(self, ns: str, job: str) -> int:
+        """Reconcile passes of the job this process has completed (grpo_operator_reconcile_passes_total); 0 before
+        its first one, or while /metrics is not served yet."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            self.proc.check_alive()
+            return 0
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name == "grpo_operator_reconcile_passes_total" and s.labels == {"namespace": ns, "name": job}:
+                    return int(s.value)
+        return 0
+
+    def wait_pass(self, ns: str, job: str, timeout: float = 60) -> None:
+        """Return once a pass of the job that began after this call has completed: whatever the test changed and saw
+        before the call has been decided on, so "nothing changed" means the operator chose nothing. The count now may
+        include a pass still running, which may have read the job before the change: so one more after it."""
+        start = self.passes(ns, job)
+        wait_until(lambda: self.passes(ns, job) >= start + 2, timeout, 0.2, what=f"two more passes of {ns}/{job}")
 
 
 @pytest.fixture(scope="module")

@@ -139,6 +139,7 @@ class Controller:
         self.probes.forget(key)
         self.stalls.forget(key)
         self.stack_dumps.forget(key)
+        opmetrics.forget_job(*key)
 
     def ensure_background(self) -> None:
         self.queue.start_resync()
@@ -204,11 +205,17 @@ class Controller:
 
     # ------------------------------------------------------------------ reconcile
     async def reconcile(self, key: Key) -> None:
-        """One pass for one job: decide, then write the status, send the deletes, create (in that order)."""
+        """One pass for one job, counted once done (grpo_operator_reconcile_passes_total)."""
         body = self.jobs.get(key)
         if body is None or self.kube is None or self.pods is None or not self.pods.synced:
             return  # every job is kicked once the pods are listed
         self.stats["reconciles"] += 1
+        await self._pass(key, body)
+        if key in self.jobs:  # not a job forgotten during the pass (deleted): its series is gone
+            opmetrics.RECONCILE_PASSES.labels(namespace=key[0], name=key[1]).inc()
+
+    async def _pass(self, key: Key, body: dict[str, Any]) -> None:
+        """Decide, then write the status, send the deletes, create (in that order)."""
         uid = (body.get("metadata") or {}).get("uid", "")
         res = self._validate(key, body)
         view = lifecycle.JobView.from_body(body, res)
@@ -221,6 +228,7 @@ class Controller:
         self.probes.request(key, dec.probe_server)  # a kept vLLM server's engine probe (a read: no status first)
         self.stack_dumps.request(key, dec.dump_stacks, self._endpoints(key))  # a stalled attempt's stacks, pods kept
         k = self.kube
+        assert k is not None  # reconcile() checked
         # Status first when the decision deletes anything: a gang restart must never run on an unrecorded decision.
         # Creations carry their attempt in the pods themselves, so they may go alongside the status write; except a
         # job's first ones, which go before the status that records its start (startTime, Created): a refused

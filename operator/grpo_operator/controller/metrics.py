@@ -28,6 +28,11 @@ GCCollector(registry=REGISTRY)
 RECONCILE_DURATION = Histogram(
     "grpo_operator_reconcile_duration_seconds", "Duration of one reconcile pass of one GRPOJob (decide + writes).",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=REGISTRY)
+# One series per job the operator knows (removed when it forgets the job): how many passes it has decided and acted
+# on, so a reader (a test, an alert) can tell "nothing happened" from "nothing has been looked at yet".
+RECONCILE_PASSES = Counter("grpo_operator_reconcile_passes_total", "Reconcile passes of one GRPOJob that ran to "
+                           "their end (decided, then wrote; a failed pass counts once its retry succeeds).",
+                           ["namespace", "name"], registry=REGISTRY)
 RECONCILE_ERRORS = Counter("grpo_operator_reconcile_errors_total", "Reconcile passes that failed (retried with backoff).",
                            registry=REGISTRY)
 RESTARTS = Counter("grpo_operator_restarts_total", "Gang restarts decided, by the failure reason "
@@ -89,6 +94,11 @@ def track_jobs(jobs: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
         REGISTRY.register(_jobs_collector)
     else:
         _jobs_collector.jobs = jobs
+
+
+def forget_job(namespace: str, name: str) -> None:
+    """Drop a job's per-job series (the job is gone)."""
+    RECONCILE_PASSES.remove(namespace, name)
 
 
 def api_error(method: str, code: Any) -> None:

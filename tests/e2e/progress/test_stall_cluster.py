@@ -55,6 +55,22 @@ def worker(launcher: subprocess.Popen, rank: int) -> int:
     raise AssertionError(f"no worker of rank {rank}")
 
 
+def start_first_attempt(k: Any, ns: str, job: dict[str, Any], tmp_path: Path, log: Path,
+                        termination_log: str = os.devnull) -> tuple[dict[str, Any], Path, subprocess.Popen]:
+    """Apply `job`, wait for its one pod, write the job's config here (output under tmp_path/out), play the kubelet
+    (Running) and start the pod's command locally: (the pod, the config file, its process)."""
+    name = job["metadata"]["name"]
+    k.apply(job, "-n", ns)
+    (pod,) = H.wait_pods(k, ns, name, 1, attempt=0)
+    config = json.loads(k.json("get", "configmap", f"{name}-config", "-n", ns)["data"]["config.json"])
+    config["outputDir"] = str(tmp_path / "out")
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps(config))
+    kubelet_running(k, ns, pod["metadata"]["name"])
+    H.wait_job(k, ns, name, lambda s: s.get("phase") == "Running", timeout=30)
+    return pod, config_path, start_pod_locally(pod, config_path, log, termination_log)
+
+
 def test_a_stopped_rank_is_stalled_dumped_restarted_and_resumed(crd: Any, kubectl: Any, k8s_namespace: str,
                                                                 tmp_path: Path) -> None:
     k, ns, name = kubectl, k8s_namespace, "tiny-stall"
@@ -67,17 +83,9 @@ def test_a_stopped_rank_is_stalled_dumped_restarted_and_resumed(crd: Any, kubect
     try:
         job = tiny_job(name)
         job["spec"]["training"].update({"maxSteps": MAX_STEPS, "saveSteps": SAVE_STEPS})
-        k.apply(job, "-n", ns)
-        (pod,) = H.wait_pods(k, ns, name, 1, attempt=0)
-        config = json.loads(k.json("get", "configmap", f"{name}-config", "-n", ns)["data"]["config.json"])
+        _, config_path, proc = start_first_attempt(k, ns, job, tmp_path, tmp_path / "attempt0.log")
+        procs.append(proc)
         out = tmp_path / "out"
-        config["outputDir"] = str(out)
-        config_path = tmp_path / "config.json"
-        config_path.write_text(json.dumps(config))
-        kubelet_running(k, ns, pod["metadata"]["name"])
-        H.wait_job(k, ns, name, lambda s: s.get("phase") == "Running", timeout=30)
-        log0 = tmp_path / "attempt0.log"
-        procs.append(start_pod_locally(pod, config_path, log0))
 
         def step() -> float:
             try:
@@ -173,16 +181,8 @@ def test_a_reward_function_that_never_returns_is_stalled_in_rewards(crd: Any, ku
         job["spec"]["training"].update({"maxSteps": MAX_STEPS, "saveSteps": SAVE_STEPS})
         job["spec"]["rewards"] = [{"function": "hang_rewards:score_then_hang_forever"}]
         job["spec"]["runPolicy"]["onStall"] = "Fail"
-        k.apply(job, "-n", ns)
-        (pod,) = H.wait_pods(k, ns, name, 1, attempt=0)
-        config = json.loads(k.json("get", "configmap", f"{name}-config", "-n", ns)["data"]["config.json"])
+        procs.append(start_first_attempt(k, ns, job, tmp_path, tmp_path / "attempt0.log")[2])
         out = tmp_path / "out"
-        config["outputDir"] = str(out)
-        config_path = tmp_path / "config.json"
-        config_path.write_text(json.dumps(config))
-        kubelet_running(k, ns, pod["metadata"]["name"])
-        H.wait_job(k, ns, name, lambda s: s.get("phase") == "Running", timeout=30)
-        procs.append(start_pod_locally(pod, config_path, tmp_path / "attempt0.log"))
         st = H.wait_job(k, ns, name, lambda s: s.get("phase") == "Failed", timeout=240, what="Failed")["status"]
         cond = next(c for c in st["conditions"] if c["type"] == "Stalled")
         assert cond["status"] == "True" and cond["reason"] == "Rewards", cond
@@ -227,16 +227,9 @@ def test_a_slow_job_whose_steps_move_is_never_stalled(crd: Any, kubectl: Any, k8
         job = tiny_job(name)
         job["spec"]["training"].update({"maxSteps": steps, "saveSteps": 2})
         job["spec"]["rewards"] = [{"function": "slow_rewards:slow_but_moving"}]
-        k.apply(job, "-n", ns)
-        (pod,) = H.wait_pods(k, ns, name, 1, attempt=0)
-        config = json.loads(k.json("get", "configmap", f"{name}-config", "-n", ns)["data"]["config.json"])
-        config["outputDir"] = str(tmp_path / "out")
-        config_path = tmp_path / "config.json"
-        config_path.write_text(json.dumps(config))
-        kubelet_running(k, ns, pod["metadata"]["name"])
-        H.wait_job(k, ns, name, lambda s: s.get("phase") == "Running", timeout=30)
         log, term = tmp_path / "attempt0.log", tmp_path / "termination-log"
-        procs.append(start_pod_locally(pod, config_path, log, str(term)))
+        pod, _, proc = start_first_attempt(k, ns, job, tmp_path, log, str(term))
+        procs.append(proc)
         wait_exit(procs[0], log, timeout=300)
         H.pod_exit(k, ns, pod["metadata"]["name"], 0, message=term.read_text())
         st = H.wait_job(k, ns, name, lambda s: s.get("phase") in ("Succeeded", "Failed"), timeout=60)["status"]

@@ -38,6 +38,7 @@ class World:
         self.log_requests: list[dict[str, str]] = []
         self.nodes = 1
         self.job_watches = 0
+        self.pending_seen = 0  # pod lists answered with a Pending pod in them
         self.drop = False  # end the open log streams once, the pod still running (a dropped connection)
 
     def change(self, **kw: Any) -> None:
@@ -139,6 +140,7 @@ class Handler(BaseHTTPRequestHandler):
             with w.cv:
                 items = [w.pod_body(n) for n in w.pods
                          if all(w.pod_body(n)["metadata"]["labels"].get(k) == v for k, v in sel.items())]
+                w.pending_seen += any(p["status"]["phase"] == "Pending" for p in items)
                 return self._json(200, {"kind": "PodList", "metadata": {"resourceVersion": str(w.version)},
                                         "items": items})
         if len(parts) == 7 and parts[:5] == ["api", "v1", "namespaces", NS, "pods"] and parts[6] == "log":
@@ -215,9 +217,10 @@ def gang_restart(w: World) -> None:
     """What the operator and the kubelet do: rank 0 killed, the job restarts, the new pod starts and finishes."""
     w.pod(0, 0, "Failed")
     w.change(status={"phase": "Restarting", "restarts": 1})
+    seen = w.pending_seen
     w.pod(0, 1, "Pending")
     w.change(status={"phase": "Pending", "restarts": 1})
-    time.sleep(0.3)  # a while Pending: the follower must wait, not fail
+    wait_for(lambda: w.pending_seen > seen)  # the follower saw the new pod Pending: it must wait, not fail
     w.pod(0, 1, "Running", ["a1: resumed from checkpoint-2"])
     w.change(status={"phase": "Running", "restarts": 1})
     w.log(0, "a1: step 3")

@@ -7,7 +7,6 @@ address of this machine the API server can dial)."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -154,7 +153,7 @@ def test_permanent_failure_fails_without_restart(operator_process, kubectl, k8s_
     # the other node is stopped; nothing is recreated
     wait_until(lambda: [p["metadata"]["name"] for p in pods_of(k, ns, "perm")] == ["perm-node-0"], 30, 0.3,
                what="running node deleted")
-    time.sleep(2)
+    operator_process.wait_pass(ns, "perm")  # decided again since: still nothing recreated
     left = pods_of(k, ns, "perm")
     assert [p["metadata"]["annotations"]["grpo.dev/attempt"] for p in left] == ["0"]
     assert get_job(k, ns, "perm")["status"]["phase"] == "Failed"
@@ -212,7 +211,8 @@ def test_vllm_server_mode_gang_restart(operator_process, kubectl, k8s_namespace)
     pod_exit(k, ns, "srv-node-0", 143)  # the trainer restarts; the Ready server is kept (test_operator_server.py)
     st = wait_job(k, ns, "srv", lambda s: "checking the kept vLLM server" in (s.get("message") or ""))["status"]
     assert st["restarts"] == 1 and st["vllmServerAttempt"] == 0
-    time.sleep(2)  # no pod IP here, so no engine probe: the kept server stays, no trainer is created meanwhile
+    # no pod IP here, so no engine probe: the kept server stays, and a pass since creates no trainer
+    operator_process.wait_pass(ns, "srv")
     assert [(p["metadata"]["name"], p["metadata"]["uid"]) for p in pods_of(k, ns, "srv")] == [("srv-vllm-0", server_uid)]
     assert get_job(k, ns, "srv")["status"]["restarts"] == 1
 

@@ -17,6 +17,7 @@ import pytest
 
 from grpo_operator import lifecycle
 from grpo_operator.controller import handlers, kube
+from grpo_operator.controller import metrics as opmetrics
 from grpo_operator.controller.settings import Settings
 from tests.support.jobs import manifest
 
@@ -121,6 +122,15 @@ class Harness:
                                      f"{[o.raw.get('status') for k2, o in self.k.objects.items() if k2[0].plural == 'grpojobs']}")
             await asyncio.sleep(0.05)
 
+    async def wait_pass(self, name: str) -> None:
+        """Once a pass of the job that began after this call has completed (OperatorProcess.wait_pass, in process)."""
+        def count() -> float:
+            return opmetrics.REGISTRY.get_sample_value("grpo_operator_reconcile_passes_total",
+                                                       {"namespace": NS, "name": name}) or 0.0
+
+        start = count()
+        await self.wait(lambda: count() >= start + 2, what=f"two more passes of {name}")
+
 
 def meth(r: Any) -> str:
     return str(getattr(r.method, "value", r.method)).upper()
@@ -138,7 +148,7 @@ async def test_ambiguous_pod_create_5xx_then_409_is_success(kmock: Any, tmp_path
         await h.create_job(manifest("amb", nodes=2))
         await h.wait(lambda: len(h.pods()) == 2 and (h.job("amb").get("status") or {}).get("phase") == "Pending",
                      what="2 pods and Pending")
-        await asyncio.sleep(1.5)
+        await h.wait_pass("amb")  # decided again since: still no duplicate
         assert len(h.pods()) == 2
         st = h.job("amb")["status"]
         assert st["restarts"] == 0 and st["phase"] == "Pending"

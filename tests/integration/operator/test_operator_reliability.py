@@ -81,7 +81,7 @@ def test_controller_rejects_invalid_job_without_webhook(crd, kubectl, k8s_namesp
             return any(e["type"] == "Warning" and e["reason"] == "Rejected" for e in events)
 
         wait_until(rejected_event, 30, 0.3, what="a Warning event Rejected")
-        time.sleep(1)
+        op.wait_pass(ns, "bad")
         assert not pods_of(k, ns, "bad")
     finally:
         op.stop()
@@ -128,12 +128,14 @@ def test_restart_with_running_jobs_in_two_namespaces_acts_only_on_real_failures(
             for p in wait_pods(k, ns, "w", 2, timeout=60):
                 pod_running(k, ns, p["metadata"]["name"])
             wait_job(k, ns, "w", lambda s: s.get("phase") == "Running")
-        time.sleep(1)  # the status settles (progress is off: no trainer to scrape)
+        for ns in (ns1, ns2):  # the status settles (progress is off: no trainer to scrape)
+            op.wait_pass(ns, "w")
         before = {ns: get_job(k, ns, "w")["metadata"]["resourceVersion"] for ns in (ns1, ns2)}
         for _ in range(3):  # restart it a few times: each new process starts with an empty pod index
             op.stop()
             op.start(wait=False)
-            time.sleep(2.5)  # python start ≈ 0.7 s, then kopf lists the jobs and we list the pods
+            for ns in (ns1, ns2):  # the new process's first pass (counted only once the pods are listed)
+                wait_until(lambda ns=ns: op.passes(ns, "w") >= 1, 60, 0.2, what=f"the first pass of {ns}/w")
         for ns in (ns1, ns2):
             job = get_job(k, ns, "w")
             st = job["status"]

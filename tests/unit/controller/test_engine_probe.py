@@ -79,7 +79,7 @@ async def test_probes_run_once_per_server_and_attempt_and_kick() -> None:
         verdict = probes.verdict(key)
         assert verdict is not None and (verdict.uid, verdict.attempt, verdict.ok) == ("u1", 1, True)
         probes.request(key, probe)  # known: not run again
-        await asyncio.sleep(0.1)
+        await asyncio.gather(*(task for _, task in probes._tasks.values()))  # a probe started now has finished here
         assert fake.requests == 1 and kicked == [key]
         fake.mode = "error"
         done.clear()

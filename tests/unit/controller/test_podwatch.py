@@ -122,20 +122,24 @@ async def test_glob_scope_ignores_other_namespaces_and_relabelled_pods_leave() -
 async def test_a_server_that_ends_every_watch_at_once_does_not_make_it_spin() -> None:
     import asyncio
 
-    class Ending(FakeClient):
-        watches = 0
+    loop = asyncio.get_running_loop()
+    starts: list[float] = []
+    second = asyncio.Event()
 
+    class Ending(FakeClient):
         async def watch(self, path: str, params: dict[str, Any], read_timeout: float) -> AsyncIterator[dict[str, Any]]:
-            Ending.watches += 1
-            await asyncio.sleep(0)  # a real stream yields to the loop: without the guard this test counts, not hangs
+            starts.append(loop.time())
+            if len(starts) == 2:
+                second.set()
+            await asyncio.sleep(0)  # a real stream yields to the loop: without the guard this test fails, not hangs
             for e in self.events:
                 yield e
 
     c = Ending([[pod("a")]])  # the watch stream ends at once, with nothing in it
     w, _, synced = make(c)
     task = asyncio.create_task(w._follow("/api/v1/namespaces/ns/pods"))
-    await asyncio.sleep(1.5)
+    await asyncio.wait_for(second.wait(), 30)  # the second watch began
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert synced == [1] and len(c.params) == 1  # listed once: an ended watch resumes from its resourceVersion
-    assert 1 <= Ending.watches <= 2  # ~1 per second, not thousands
+    assert starts[1] - starts[0] >= 1.0  # ~1 per second, not at once (thousands)

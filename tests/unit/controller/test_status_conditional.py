@@ -12,6 +12,7 @@ import pytest
 
 from grpo_operator import lifecycle
 from grpo_operator.controller import handlers, kube
+from grpo_operator.controller import metrics as opmetrics
 from grpo_operator.controller.settings import Settings
 from tests.support.jobs import job_body, pod_body
 
@@ -78,7 +79,8 @@ async def suspend_pass(conflict: bool) -> tuple[handlers.Controller, Kube, list[
 
     c.queue.work = record
     await c.reconcile(("ns", "j"))
-    await asyncio.sleep(0.05)  # the event recorder's background sends, the queue's pass
+    await c.events.close(flush_seconds=30)  # every Event recorded is sent
+    await asyncio.gather(*c.queue.tasks.values())  # the passes kicked meanwhile have run
     return c, k, passes
 
 
@@ -139,8 +141,37 @@ async def test_a_first_create_refused_before_sending_writes_no_status_claiming_t
 
     c.queue.work = record
     await c.reconcile(("ns", "j"))
-    await asyncio.sleep(0.05)
+    await asyncio.gather(*c.queue.tasks.values())  # the pass kicked meanwhile has run
     assert k.status_writes == [] and passes == [("ns", "j")] and not any(s.startswith("POST") for s in k.sent)
     await c.reconcile(("ns", "j"))
     patch = k.status_writes[0][0]
     assert "startTime" not in patch and "over 1 MiB" in patch["message"]
+
+
+def passes(name: str) -> Optional[float]:
+    return opmetrics.REGISTRY.get_sample_value("grpo_operator_reconcile_passes_total", {"namespace": "ns", "name": name})
+
+
+@pytest.mark.asyncio
+async def test_each_completed_pass_is_counted_per_job_until_the_job_is_forgotten() -> None:
+    """grpo_operator_reconcile_passes_total{namespace,name}: what tests wait on before asserting that nothing changed.
+    A pass before the pods are listed decides nothing and a failed pass did not complete: neither counts."""
+    c = handlers.Controller(Settings(namespaces=["ns"]))
+    k = Kube(job_body("counted", nodes=2), conflict=False)
+    pods = Pods([])
+    c.kube, c.pods = k, pods  # type: ignore[assignment]
+    c.observe_job(job_body("counted", nodes=2))
+    pods.synced = False
+    await c.reconcile(("ns", "counted"))
+    assert passes("counted") is None and not k.sent
+    pods.synced = True
+    k.refuse_pods = True
+    with pytest.raises(kube.ApiError):
+        await c.reconcile(("ns", "counted"))
+    assert passes("counted") is None
+    k.refuse_pods = False
+    await c.reconcile(("ns", "counted"))
+    await c.reconcile(("ns", "counted"))
+    assert passes("counted") == 2 and passes("another") is None
+    c.forget(("ns", "counted"))
+    assert passes("counted") is None

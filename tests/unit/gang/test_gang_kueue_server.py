@@ -6,7 +6,6 @@ real decision (pure), with pods as Kueue leaves them (group label, finalizer, ga
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 from typing import Any, Optional
 
@@ -18,10 +17,8 @@ from grpo_operator.lifecycle import server_order as so
 from grpo_operator.render import manifests
 from grpo_operator.rules import validation
 from tests.support.jobs import job_body, pod_body
+from tests.support.lifecycle import T0, UID, decide, then
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
-POLICY = lc.Policy(backoff_base=10.0, backoff_cap=300.0, expectation_ttl=30.0)
 KUEUE = {g.KUEUE_QUEUE_LABEL: "team-a"}
 SERVER_GROUP, TRAINER_GROUP = "job-uid1-vllm-a0", "job-uid1-a0"  # <base>-<uid>[-vllm]-a<attempt the run began at>
 RUNNING = {"phase": "Running", "restarts": 0, "startTime": "2030-01-01T11:00:00Z"}
@@ -29,19 +26,6 @@ RUNNING = {"phase": "Running", "restarts": 0, "startTime": "2030-01-01T11:00:00Z
 
 def body(status: Optional[dict[str, Any]] = None, **kw: Any) -> dict[str, Any]:
     return job_body("job", nodes=2, uid=UID, vllm_server=True, labels=KUEUE, status=status, **kw)
-
-
-def decide(b: dict[str, Any], pods: list[lc.PodInfo], now: dt.datetime = T0,
-           probe: Optional[so.ProbeVerdict] = None) -> lc.Decision:
-    view = lc.JobView.from_body(b)
-    view.engine_probe = probe
-    return lc.decide(view, pods, now, POLICY)
-
-
-def then(b: dict[str, Any], dec: lc.Decision) -> dict[str, Any]:
-    out = copy.deepcopy(b)
-    out["status"] = dec.status
-    return out
 
 
 def kpod(rank: Optional[int], phase: str = "Running", *, attempt: int = 0, group: Optional[str] = None,
@@ -146,7 +130,8 @@ def test_a_trainer_exit_137_refills_the_trainers_group_and_keeps_the_server() ->
 
     # the engine answered: attempt 1's trainers replace the old ones in the trainers' group; the server stays
     b = then(b, d)
-    d = decide(b, [server(), *old], T0 + dt.timedelta(seconds=12), so.ProbeVerdict("pod-job-vllm-0-0", 1, True))
+    d = decide(b, [server(), *old], T0 + dt.timedelta(seconds=12),
+               engine_probe=so.ProbeVerdict("pod-job-vllm-0-0", 1, True))
     assert d.create_pods == ["job-node-0-a1", "job-node-1-a1"] and d.create_attempt == 1
     assert d.kueue_group == TRAINER_GROUP and d.kueue_server_group is None and not d.delete_pods
 

@@ -4,7 +4,6 @@ gated, Kueue's evictions free, groups ended on give-up and suspend."""
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 from typing import Any, Optional
 
@@ -13,11 +12,9 @@ import pytest
 from grpo_operator import lifecycle as lc
 from grpo_operator.api import gang as g
 from tests.support.jobs import job_body, pod_body
+from tests.support.lifecycle import T0, UID, decide, then
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
 GROUP = "job-uid1-a0"  # <base>-<uid, alphanumerics, 8>-a<attempt the run started at>
-POLICY = lc.Policy(backoff_base=10, backoff_cap=300)
 KUEUE = {g.KUEUE_QUEUE_LABEL: "team-a"}
 
 
@@ -49,16 +46,6 @@ def kpod(rank: int, phase: str = "Running", *, attempt: int = 0, group: Optional
         body["status"].setdefault("conditions", []).append(
             {"type": g.KUEUE_TERMINATION_TARGET, "status": "True", "reason": evicted, "message": "Preempted"})
     return lc.summarize_pod(body)
-
-
-def decide(body: dict[str, Any], pods: list[lc.PodInfo], now: dt.datetime = T0) -> lc.Decision:
-    return lc.decide(lc.JobView.from_body(body), pods, now, POLICY)
-
-
-def then(body: dict[str, Any], dec: lc.Decision) -> dict[str, Any]:
-    out = copy.deepcopy(body)
-    out["status"] = dec.status
-    return out
 
 
 def cond(dec: lc.Decision, ctype: str) -> Optional[dict[str, Any]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 from typing import Any
 
@@ -14,28 +13,7 @@ from grpo_operator.lifecycle.draft import spec_digest
 from grpo_operator.render import manifests
 from grpo_operator.rules import validation
 from tests.support.jobs import job_body, pod_body
-
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
-POLICY = lc.Policy(backoff_base=10, backoff_cap=300)
-
-
-def view(body: dict[str, Any]) -> lc.JobView:
-    return lc.JobView.from_body(body)
-
-
-def pod(rank: int, phase: str = "Running", *, attempt: int = 0, name: str = "job", **kw: Any) -> lc.PodInfo:
-    return lc.summarize_pod(pod_body(name, rank, phase, attempt=attempt, uid=UID, **kw))
-
-
-def decide(body: dict[str, Any], pods: list[lc.PodInfo], now: dt.datetime = T0) -> lc.Decision:
-    return lc.decide(view(body), pods, now, POLICY)
-
-
-def apply(body: dict[str, Any], dec: lc.Decision) -> dict[str, Any]:
-    out = copy.deepcopy(body)
-    out["status"] = dec.status
-    return out
+from tests.support.lifecycle import POLICY, T0, UID, decide, pod, then
 
 
 def cond(status: dict[str, Any], ctype: str) -> dict[str, Any] | None:
@@ -152,7 +130,7 @@ def test_is_idempotent_once_status_written() -> None:
     body = job_body("job", nodes=2, uid=UID)
     pods = [pod(0, "Pending"), pod(1, "Pending")]
     d1 = decide(body, pods)
-    d2 = decide(apply(body, d1), pods, T0 + dt.timedelta(seconds=30))
+    d2 = decide(then(body, d1), pods, T0 + dt.timedelta(seconds=30))
     assert lc.status_patch(d1.status, d2.status) is None and not d2.events and not d2.create_pods
 
 
@@ -190,7 +168,7 @@ def test_unschedulable_condition_carries_scheduler_message() -> None:
     c = cond(dec.status, "Unschedulable")
     assert c["status"] == "True" and msg in c["message"] and msg in dec.status["message"]
     assert any(e.reason == "Unschedulable" and e.type == "Warning" for e in dec.events)
-    dec2 = decide(apply(body, dec), [pod(0, "Running"), pod(1, "Running")])
+    dec2 = decide(then(body, dec), [pod(0, "Running"), pod(1, "Running")])
     assert cond(dec2.status, "Unschedulable")["status"] == "False" and dec2.status["phase"] == "Running"
 
 
@@ -223,19 +201,19 @@ def test_retryable_failure_gang_restarts(kw: dict[str, Any]) -> None:
 def test_restart_flow_waits_for_old_pods_then_backoff_then_creates_next_attempt() -> None:
     body = job_body("job", nodes=2, uid=UID, status=dict(RUNNING))
     d1 = decide(body, [pod(0, "Failed", exit_code=143), pod(1, "Running")])
-    b1 = apply(body, d1)
+    b1 = then(body, d1)
     # old pods still terminating: wait, do not delete twice, do not create
     d2 = decide(b1, [pod(0, "Failed", exit_code=143, deleting=True), pod(1, "Running", deleting=True)],
                 T0 + dt.timedelta(seconds=1))
     assert not d2.create_pods and not d2.delete_pods and d2.status["phase"] == "Restarting"
     # gone, but backoff (10 s) not elapsed
-    d3 = decide(apply(b1, d2), [], T0 + dt.timedelta(seconds=5))
+    d3 = decide(then(b1, d2), [], T0 + dt.timedelta(seconds=5))
     assert not d3.create_pods and d3.status["phase"] == "Restarting" and d3.requeue_after == pytest.approx(5, abs=0.1)
     # backoff elapsed: attempt 1
-    d4 = decide(apply(b1, d3), [], T0 + dt.timedelta(seconds=11))
+    d4 = decide(then(b1, d3), [], T0 + dt.timedelta(seconds=11))
     assert d4.create_attempt == 1 and d4.create_pods == ["job-node-0", "job-node-1"]
     assert cond(d4.status, "Restarting")["status"] == "False" and d4.status["restarts"] == 1
-    b4 = apply(b1, d4)
+    b4 = then(b1, d4)
     d5 = decide(b4, [pod(0, "Running", attempt=1), pod(1, "Running", attempt=1)], T0 + dt.timedelta(seconds=20))
     assert d5.status["phase"] == "Running" and d5.status["restarts"] == 1 and not d5.delete_pods
 
@@ -347,13 +325,13 @@ def test_suspend_and_resume() -> None:
     d1 = decide(body, [pod(0, "Running"), pod(1, "Running")])
     assert d1.status["phase"] == "Suspended" and sorted(d1.delete_pods) == ["job-node-0", "job-node-1"]
     assert "startTime" not in d1.status and cond(d1.status, "Suspended")["status"] == "True"
-    b1 = apply(body, d1)
+    b1 = then(body, d1)
     d2 = decide(b1, [])
     assert d2.status["phase"] == "Suspended" and not d2.create_pods and not d2.events
     resumed = job_body("job", nodes=2, uid=UID, suspend=False, status=b1["status"])
     d3 = decide(resumed, [pod(0, "Running", deleting=True)])  # still terminating: wait
     assert not d3.create_pods and d3.status["phase"] == "Pending" and d3.status["restarts"] == 0
-    d4 = decide(apply(resumed, d3), [])
+    d4 = decide(then(resumed, d3), [])
     assert d4.create_pods == ["job-node-0", "job-node-1"] and d4.create_attempt == 0 and d4.status["startTime"]
     assert cond(d4.status, "Suspended")["status"] == "False"
 
@@ -457,7 +435,7 @@ def test_two_node_table(job_phase: str | None, a: str, b: str) -> None:
         assert c["status"] in ("True", "False") and c["lastTransitionTime"].endswith("Z") and c["reason"]
     # convergence: applying the decision and deciding again with the same pods changes nothing further
     # (except terminal cleanups that were already requested)
-    again = decide(apply(body, dec), pods)
+    again = decide(then(body, dec), pods)
     assert again.status["phase"] == st["phase"] and again.status["restarts"] == st["restarts"]
 
 
@@ -482,16 +460,16 @@ def test_pods_stuck_terminating_on_a_lost_node_are_force_deleted_after_the_grace
     body = job_body("job", nodes=2, uid=UID, status=dict(RUNNING))
     d1 = decide(body, [pod(0, "Running"), pod(1, "Running", deleting=True)])  # node of rank 1 lost, pod evicted
     assert d1.status["phase"] == "Restarting" and d1.delete_pods == ["job-node-0"] and not d1.force_delete_pods
-    b1 = apply(body, d1)
+    b1 = then(body, d1)
     stuck = [pod(0, "Running", deleting=True), pod(1, "Running", deleting=True)]  # deletionTimestamp = T0
     d2 = decide(b1, stuck, T0 + dt.timedelta(seconds=45))
     assert not d2.force_delete_pods and not d2.create_pods and not d2.delete_pods
     assert d2.requeue_after == pytest.approx(15, abs=0.1)  # comes back when they are due
-    d3 = decide(apply(b1, d2), stuck, T0 + dt.timedelta(seconds=61))
+    d3 = decide(then(b1, d2), stuck, T0 + dt.timedelta(seconds=61))
     assert [n for n, _ in d3.force_delete_pods] == ["job-node-0", "job-node-1"] and not d3.create_pods
     assert all("61s after its grace period" in why for _, why in d3.force_delete_pods)
     assert d3.status["phase"] == "Restarting" and d3.status["restarts"] == 1  # no second restart for the same loss
-    d4 = decide(apply(b1, d3), [], T0 + dt.timedelta(seconds=62))  # gone: the next attempt is created
+    d4 = decide(then(b1, d3), [], T0 + dt.timedelta(seconds=62))  # gone: the next attempt is created
     assert d4.create_attempt == 1 and d4.create_pods == ["job-node-0", "job-node-1"]
 
 
@@ -499,7 +477,7 @@ def test_force_delete_can_be_turned_off_and_never_touches_live_or_synthetic_pods
     body = job_body("job", nodes=2, uid=UID, status={**RUNNING, "phase": "Restarting", "restarts": 1})
     stuck = [pod(0, "Running", deleting=True), pod(1, "Running", deleting=True)]
     later = T0 + dt.timedelta(days=1)
-    assert not lc.decide(view(body), stuck, later, lc.Policy(force_delete_after=None)).force_delete_pods
+    assert not decide(body, stuck, later, policy=lc.Policy(force_delete_after=None)).force_delete_pods
     live = [pod(0, "Running", attempt=1), pod(1, "Running", attempt=1),
             lc.PodInfo(name="job-node-1", attempt=1, owner_uid=UID, synthetic=True, deleting=True)]
     assert not decide(body, live, later).force_delete_pods

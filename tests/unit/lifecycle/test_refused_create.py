@@ -4,30 +4,23 @@ operator restart (no record) leaves it as it was (lifecycle/create.py refused_cr
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any, Optional
 
 from grpo_operator import lifecycle as lc
-from tests.support.jobs import job_body, pod_body
+from tests.support import lifecycle
+from tests.support.jobs import job_body
+from tests.support.lifecycle import T0, UID, pod
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
 MESSAGE = 'Error creating Pod job-node-0: 403 Forbidden: pods "job-node-0" is forbidden: exceeded quota: q'
 
 
 def decide(status: Optional[dict[str, Any]], pods: list[lc.PodInfo], refusal: Optional[str]) -> lc.Decision:
-    view = lc.JobView.from_body(job_body("job", nodes=2, uid=UID, status=status))
-    view.create_refused = refusal
-    return lc.decide(view, pods, T0, lc.Policy())
+    return lifecycle.decide(job_body("job", nodes=2, uid=UID, status=status), pods, create_refused=refusal)
 
 
 def cond(dec: lc.Decision) -> dict[str, Any]:
     assert dec.status is not None
     return dict(lc.get_condition(dec.status.get("conditions") or [], "CreateFailed") or {})
-
-
-def pod(rank: int) -> lc.PodInfo:
-    return lc.summarize_pod(pod_body("job", rank, "Pending", uid=UID))
 
 
 def test_a_refused_create_is_condition_create_failed_and_the_pods_are_tried_again() -> None:
@@ -42,7 +35,7 @@ def test_without_a_record_the_condition_stays_until_the_pods_exist() -> None:
     refused = decide(None, [], MESSAGE).status
     after_restart = decide(refused, [], None)  # an operator restart forgot the record: the condition stays
     assert cond(after_restart)["status"] == "True" and after_restart.create_pods
-    created = decide(after_restart.status, [pod(0), pod(1)], None)
+    created = decide(after_restart.status, [pod(0, "Pending"), pod(1, "Pending")], None)
     c = cond(created)
     assert (c["status"], c["reason"]) == ("False", "PodsCreated")
     assert not created.create_pods
@@ -50,7 +43,7 @@ def test_without_a_record_the_condition_stays_until_the_pods_exist() -> None:
 
 def test_a_job_never_refused_has_no_create_failed_condition() -> None:
     assert cond(decide(None, [], None)) == {}
-    assert cond(decide(None, [pod(0), pod(1)], None)) == {}
+    assert cond(decide(None, [pod(0, "Pending"), pod(1, "Pending")], None)) == {}
 
 
 def test_while_creates_are_refused_no_start_and_no_created_claim() -> None:
@@ -59,6 +52,6 @@ def test_while_creates_are_refused_no_start_and_no_created_claim() -> None:
     refused = decide(None, [], MESSAGE).status
     assert refused is not None and "startTime" not in refused
     assert (lc.get_condition(refused.get("conditions") or [], "Created") or {}).get("status") != "True"
-    created = decide(refused, [pod(0), pod(1)], None).status  # the pods went through at last
+    created = decide(refused, [pod(0, "Pending"), pod(1, "Pending")], None).status  # the pods went through at last
     assert created is not None and created["startTime"] == T0.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert lc.get_condition(created["conditions"], "Created")["status"] == "True"

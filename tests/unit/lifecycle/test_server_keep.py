@@ -6,7 +6,6 @@ colocate as before."""
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 from typing import Any, Optional
 
@@ -14,12 +13,9 @@ import pytest
 
 from grpo_operator import lifecycle as lc
 from grpo_operator.lifecycle import server_order as so
-from grpo_operator.rules import validation
 from tests.support.jobs import job_body, pod_body
+from tests.support.lifecycle import T0, UID, decide, then
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
-POLICY = lc.Policy(backoff_base=10.0, backoff_cap=300.0, expectation_ttl=30.0)
 RUNNING = {"phase": "Running", "restarts": 0, "startTime": "2030-01-01T11:00:00Z"}
 TRAINERS = ["job-node-0", "job-node-1"]
 SERVER = "job-vllm-0"
@@ -27,23 +23,6 @@ SERVER = "job-vllm-0"
 
 def body(status: Optional[dict[str, Any]] = None, **kw: Any) -> dict[str, Any]:
     return job_body("job", nodes=2, uid=UID, vllm_server=True, status=dict(status or RUNNING), **kw)
-
-
-def decide(b: dict[str, Any], pods: list[lc.PodInfo], now: dt.datetime = T0,
-           probe: Optional[so.ProbeVerdict] = None) -> lc.Decision:
-    meta = b["metadata"]
-    doc = {"apiVersion": b["apiVersion"], "kind": b["kind"], "spec": b["spec"],
-           "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta} | (
-               {"labels": meta["labels"]} if "labels" in meta else {})}
-    view = lc.JobView.from_body(b, validation.validate(doc))
-    view.engine_probe = probe
-    return lc.decide(view, pods, now, POLICY)
-
-
-def then(b: dict[str, Any], dec: lc.Decision) -> dict[str, Any]:
-    out = copy.deepcopy(b)
-    out["status"] = dec.status
-    return out
 
 
 def server(phase: str = "Running", *, ready: bool = True, attempt: int = 0, **kw: Any) -> lc.PodInfo:
@@ -98,7 +77,7 @@ def test_a_trainer_exit_137_restarts_only_the_trainers() -> None:
 
     # the engine answered: the trainers of attempt 1, against the same server pod
     b = then(b, d)
-    d = decide(b, [server()], T0 + dt.timedelta(seconds=12), so.ProbeVerdict("pod-job-vllm-0-0", 1, True))
+    d = decide(b, [server()], T0 + dt.timedelta(seconds=12), engine_probe=so.ProbeVerdict("pod-job-vllm-0-0", 1, True))
     assert d.create_pods == TRAINERS and d.create_attempt == 1 and not d.delete_pods
     assert cond(d.status, "Restarting")["status"] == "False" and d.status["vllmServerAttempt"] == 0
 
@@ -111,14 +90,14 @@ def test_a_trainer_exit_137_restarts_only_the_trainers() -> None:
 def test_a_verdict_for_another_attempt_or_pod_does_not_count() -> None:
     b = body({**RUNNING, "restarts": 1, "vllmServerAttempt": 0})
     for verdict in (so.ProbeVerdict("pod-job-vllm-0-0", 0, True), so.ProbeVerdict("other-uid", 1, True)):
-        d = decide(b, [server()], T0, verdict)
+        d = decide(b, [server()], T0, engine_probe=verdict)
         assert d.probe_server is not None and not d.create_pods
 
 
 @pytest.mark.parametrize("detail", ["no answer within 60s", "POST /v1/completions answered 500: boom"])
 def test_a_failed_or_hung_probe_replaces_the_server_first(detail: str) -> None:
     b = body({**RUNNING, "phase": "Restarting", "restarts": 1, "vllmServerAttempt": 0})
-    d = decide(b, [server()], T0, so.ProbeVerdict("pod-job-vllm-0-0", 1, False, detail))
+    d = decide(b, [server()], T0, engine_probe=so.ProbeVerdict("pod-job-vllm-0-0", 1, False, detail))
     assert d.delete_pods == [SERVER] and not d.create_pods and "vllmServerAttempt" not in d.status
     assert d.status["restarts"] == 1  # the same restart, not counted again
     assert any(e.reason == so.SERVER_WEDGED and detail in e.message for e in d.events)

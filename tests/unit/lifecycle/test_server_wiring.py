@@ -4,18 +4,13 @@ waits (Kueue included: the server is its own pod group); colocate unchanged."""
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 from typing import Any, Optional
 
 from grpo_operator import lifecycle as lc
 from grpo_operator.lifecycle import server_order as so
-from grpo_operator.rules import validation
 from tests.support.jobs import job_body, pod_body
-
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
-POLICY = lc.Policy(backoff_base=10.0, backoff_cap=300.0, expectation_ttl=30.0)
+from tests.support.lifecycle import POLICY, T0, UID, decide, then
 
 
 def body(timeout: Optional[int] = None, **kw: Any) -> dict[str, Any]:
@@ -23,20 +18,6 @@ def body(timeout: Optional[int] = None, **kw: Any) -> dict[str, Any]:
     if timeout is not None:
         b["spec"]["vllm"]["server"]["startupTimeoutSeconds"] = timeout
     return b
-
-
-def decide(b: dict[str, Any], pods: list[lc.PodInfo], now: dt.datetime = T0) -> lc.Decision:
-    meta = b["metadata"]
-    doc = {"apiVersion": b["apiVersion"], "kind": b["kind"], "spec": b["spec"],
-           "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta} | (
-               {"labels": meta["labels"]} if "labels" in meta else {})}
-    return lc.decide(lc.JobView.from_body(b, validation.validate(doc)), pods, now, POLICY)
-
-
-def then(b: dict[str, Any], dec: lc.Decision) -> dict[str, Any]:
-    out = copy.deepcopy(b)
-    out["status"] = dec.status
-    return out
 
 
 def server(phase: str = "Running", *, ready: bool = False, started: Optional[str] = "2030-01-01T12:00:00Z",

@@ -4,19 +4,15 @@ metadata.generation moving past status.observedGeneration. Reproduced by calling
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any, Optional
 
 import pytest
 
-from grpo_operator import lifecycle as lc
 from grpo_operator.lifecycle.draft import spec_digest
-from grpo_operator.rules import validation
 from grpo_operator.rules.limits import Limits
-from tests.support.jobs import job_body, pod_body
+from tests.support.jobs import job_body
+from tests.support.lifecycle import decide, pod
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
 STARTED = "2030-01-01T10:00:00Z"
 FINISHED = "2030-01-01T11:00:00Z"
 LOWERED = Limits(max_nodes_per_job=1)  # the platform lowered policy.maxNodesPerJob below the job's 2 nodes
@@ -27,10 +23,6 @@ def job(**kw: Any) -> dict[str, Any]:
     return job_body("job", **{"nodes": 2, "cpu": True, "num_generations": 4, **kw})
 
 
-def pod(rank: int, phase: str = "Running", **kw: Any) -> lc.PodInfo:
-    return lc.summarize_pod(pod_body("job", rank, phase, uid=UID, **kw))
-
-
 def started(phase: str, digest: Optional[str], **extra: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"phase": phase, "observedGeneration": 1, "startTime": STARTED, "topology": "2x1cpu",
                            "conditions": [{"type": "Created", "status": "True", "reason": "PodsCreated",
@@ -38,11 +30,6 @@ def started(phase: str, digest: Optional[str], **extra: Any) -> dict[str, Any]:
     if digest is not None:
         out["specDigest"] = digest
     return out
-
-
-def decide(body: dict[str, Any], pods: list[lc.PodInfo], limits: Limits = LOWERED) -> lc.Decision:
-    doc = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec")}
-    return lc.decide(lc.JobView.from_body(body, validation.validate(doc, limits)), pods, T0, lc.Policy())
 
 
 ORIGINAL = job()["spec"]  # the spec the pods were rendered from
@@ -60,7 +47,7 @@ def test_a_runpolicy_edit_on_a_running_refused_job_keeps_its_pods(edit: str, dig
     became Rejected with both pods deleted."""
     st = started("Running", spec_digest(ORIGINAL) if digest == "recorded" else None)
     body = job(generation=2, status=st, **EDITS[edit])
-    dec = decide(body, [pod(0), pod(1)])
+    dec = decide(body, [pod(0), pod(1)], limits=LOWERED)
     assert dec.status is not None and dec.status["phase"] == "Running", dec.status
     assert not dec.delete_pods and not dec.delete_job
     conds = {c["type"]: c for c in dec.status["conditions"]}
@@ -72,7 +59,7 @@ def test_suspending_a_running_refused_job_suspends_it() -> None:
     """Finding 1: `suspend: true` on a running job that a lowered limit refuses suspended nothing: it was Rejected."""
     body = job(generation=2, status=started("Running", spec_digest(ORIGINAL)),
                     suspend=True)
-    dec = decide(body, [pod(0), pod(1)])
+    dec = decide(body, [pod(0), pod(1)], limits=LOWERED)
     assert dec.status is not None and dec.status["phase"] == "Suspended", dec.status
     assert "Rejected" not in {c["type"] for c in dec.status["conditions"]}
 
@@ -81,9 +68,9 @@ def test_a_succeeded_job_given_a_ttl_stays_succeeded_and_the_ttl_fires() -> None
     """Finding 1: a Succeeded job given ttlSecondsAfterFinished (generation 2) became Rejected."""
     st = started("Succeeded", spec_digest(ORIGINAL), completionTime=FINISHED)
     pods = [pod(0, "Succeeded", exit_code=0), pod(1, "Succeeded", exit_code=0)]
-    dec = decide(job(generation=2, status=st, ttl=60), pods)
+    dec = decide(job(generation=2, status=st, ttl=60), pods, limits=LOWERED)
     assert dec.status is not None and dec.status["phase"] == "Succeeded" and dec.delete_job
-    early = decide(job(generation=2, status=st, ttl=7200), pods)
+    early = decide(job(generation=2, status=st, ttl=7200), pods, limits=LOWERED)
     assert early.status is not None and early.status["phase"] == "Succeeded" and not early.delete_job
     assert early.requeue_after == pytest.approx(3600)
 
@@ -93,7 +80,7 @@ def test_a_changed_spec_that_todays_rules_refuse_is_rejected_as_before() -> None
     whatever ran (the webhook being off)."""
     body = job(generation=2, status=started("Running", spec_digest(ORIGINAL)),
                     num_generations=6)
-    dec = decide(body, [pod(0), pod(1)])
+    dec = decide(body, [pod(0), pod(1)], limits=LOWERED)
     assert dec.status is not None and dec.status["phase"] == "Rejected"
     assert sorted(dec.delete_pods) == ["job-node-0", "job-node-1"]
 

@@ -14,10 +14,8 @@ from grpo_operator.lifecycle.staging import CONDITION, REASON_RETRY
 from grpo_operator.render import initializer
 from grpo_trainer import contract
 from tests.support.jobs import job_body, pod_body
+from tests.support.lifecycle import T0, UID, decide
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
-POLICY = lc.Policy(backoff_base=10, backoff_cap=300)
 STAGE = initializer.pod_name("job")  # job-stage
 TRAINERS = ["job-node-0", "job-node-1"]
 DONE = contract.STAGE_PREFIX + '{"event": "done", "staged": ["model Qwen/Qwen2.5-0.5B-Instruct@main"], ' \
@@ -45,13 +43,6 @@ def stage_pod(phase: str = "Running", exit_code: Optional[int] = None, message: 
 
 def trainer(rank: int, phase: str = "Running", **kw: Any) -> lc.PodInfo:
     return lc.summarize_pod(pod_body("job", rank, phase, **kw))
-
-
-def decide(b: dict[str, Any], pods: list[lc.PodInfo], now: dt.datetime = T0,
-           progress: Optional[dict[str, Any]] = None) -> lc.Decision:
-    view = lc.JobView.from_body(b)
-    view.stage_progress = progress
-    return lc.decide(view, pods, now, POLICY)
 
 
 def staged_cond(dec: lc.Decision) -> dict[str, Any]:
@@ -83,7 +74,7 @@ def test_download_pod_first_then_wait_with_progress() -> None:
     # while it runs: Pending, the progress as the condition's and the job's message, no trainer
     progress = {"event": "progress", "item": "model Qwen/Qwen2.5-0.5B-Instruct@main", "bytes": 1_500_000_000,
                 "totalBytes": 3_000_000_000, "files": 2, "totalFiles": 5}
-    dec = decide(body(st), [stage_pod("Running")], T0 + dt.timedelta(seconds=5), progress)
+    dec = decide(body(st), [stage_pod("Running")], T0 + dt.timedelta(seconds=5), stage_progress=progress)
     assert dec.create_pods == [] and dec.requeue_after is not None
     msg = "downloading model Qwen/Qwen2.5-0.5B-Instruct@main: 1.5 GB / 3.0 GB, 2/5 files"
     assert dec.status["phase"] == Phase.PENDING and dec.status["message"] == msg and staged_cond(dec)["message"] == msg
@@ -189,7 +180,7 @@ def test_the_download_pods_progress_in_the_status_is_bounded() -> None:
     image, up to the scraper's 1 MiB); the condition, the message and the events are bounded."""
     st = after(decide(body(), []))
     progress = {"event": "progress", "item": "model " + "x" * 500_000, "bytes": 1, "totalBytes": 2}
-    dec = decide(body(st), [stage_pod("Running")], T0 + dt.timedelta(seconds=5), progress)
+    dec = decide(body(st), [stage_pod("Running")], T0 + dt.timedelta(seconds=5), stage_progress=progress)
     assert dec.status["message"].startswith("downloading model xxx")
     assert len(dec.status["message"]) <= 1024 and len(staged_cond(dec)["message"]) <= 1024
     huge = contract.STAGE_PREFIX + '{"event": "done", "staged": ["' + "y" * 100_000 + '"], "cached": []}'

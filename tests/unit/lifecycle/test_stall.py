@@ -14,10 +14,9 @@ from grpo_operator.api.status import ConditionType, Phase, Reason, StallReason
 from grpo_operator.lifecycle import decision as d
 from grpo_operator.lifecycle.stall import detect_stall, find_stall, innermost_frames, step_deadline
 from grpo_operator.lifecycle.stall_watch import RankBeat, RankStack, StackDump, StallPolicy, StallWatch
-from tests.support.jobs import job_body, pod_body
+from tests.support.jobs import job_body
+from tests.support.lifecycle import T0, UID, pod
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
 P = StallPolicy()  # floor 300, ×10, start-up 1800, save 1800, heartbeat 60, unanswered 120, ddp margin 120
 
 
@@ -108,10 +107,6 @@ def test_innermost_frames_are_the_training_threads() -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the step
-def pod(rank: int, phase: str = "Running", attempt: int = 0) -> lc.PodInfo:
-    return lc.summarize_pod(pod_body("job", rank, phase, attempt=attempt, uid=UID))
-
-
 def running_status(stalled: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     conds = [{"type": "Running", "status": "True", "reason": "AllNodesRunning", "message": "",
               "lastTransitionTime": "2030-01-01T10:00:00Z"}]

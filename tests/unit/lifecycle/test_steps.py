@@ -14,15 +14,10 @@ import pytest
 from grpo_operator import lifecycle as lc
 from grpo_operator.api.status import ConditionType, Phase, Reason
 from grpo_operator.lifecycle import decision as d
-from tests.support.jobs import job_body, pod_body
+from tests.support.jobs import job_body
+from tests.support.lifecycle import T0, UID, pod
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
 POLICY = lc.Policy(backoff_base=10, backoff_cap=300)
-
-
-def pod(rank: int, phase: str = "Running", **kw: Any) -> lc.PodInfo:
-    return lc.summarize_pod(pod_body("job", rank, phase, uid=kw.pop("uid", UID), **kw))
 
 
 def draft(pods: list[lc.PodInfo] = (), status: Optional[dict[str, Any]] = None, now: dt.datetime = T0,

@@ -10,17 +10,11 @@ from typing import Any, Optional
 import pytest
 
 from grpo_operator import lifecycle as lc
-from tests.support.jobs import job_body, pod_body
+from tests.support.jobs import job_body
+from tests.support.lifecycle import T0, UID, decide, pod
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
-POLICY = lc.Policy(backoff_base=10, backoff_cap=300)
 STARTED = "2030-01-01T10:00:00Z"
 FINISHED = "2030-01-01T11:00:00Z"  # an hour before T0: a 60 s TTL is due
-
-
-def pod(rank: int, phase: str = "Running", **kw: Any) -> lc.PodInfo:
-    return lc.summarize_pod(pod_body("job", rank, phase, uid=UID, **kw))
 
 
 def refused(kind: str, status: Optional[dict[str, Any]], **spec: Any) -> dict[str, Any]:
@@ -39,10 +33,6 @@ def status(phase: str, **extra: Any) -> dict[str, Any]:
                            "lastTransitionTime": STARTED}]}
     out.update(extra)
     return out
-
-
-def decide(body: dict[str, Any], pods: list[lc.PodInfo], now: dt.datetime = T0) -> lc.Decision:
-    return lc.decide(lc.JobView.from_body(body), pods, now, POLICY)
 
 
 def cond(dec: lc.Decision, ctype: str) -> dict[str, Any]:

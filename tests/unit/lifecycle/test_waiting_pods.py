@@ -3,7 +3,6 @@ kubelet's reason, and one Warning event per new reason - not an endless Pending 
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any, Optional
 
 import pytest
@@ -12,15 +11,10 @@ from grpo_operator import lifecycle as lc
 from grpo_operator.api.status import ConditionType, Phase, Reason
 from grpo_operator.lifecycle import decision as d
 from grpo_operator.lifecycle.finish import dump_status
-from tests.support.jobs import job_body, pod_body
+from tests.support.jobs import job_body
+from tests.support.lifecycle import T0, UID, pod
 
-T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-UID = "uid-1"
 POLICY = lc.Policy(backoff_base=10, backoff_cap=300)
-
-
-def pod(rank: int, phase: str = "Pending", **kw: Any) -> lc.PodInfo:
-    return lc.summarize_pod(pod_body("job", rank, phase, uid=UID, **kw))
 
 
 def run(pods: list[lc.PodInfo], status: Optional[dict[str, Any]] = None) -> d.Draft:
@@ -42,7 +36,7 @@ def stored(dr: d.Draft) -> dict[str, Any]:
     ("CreateContainerConfigError", "CreateContainerConfigError"),
 ])
 def test_the_kubelets_reason_is_the_running_conditions(waiting: str, reason: str) -> None:
-    dr = run([pod(0, "Running"), pod(1, waiting=waiting)])
+    dr = run([pod(0, "Running"), pod(1, "Pending", waiting=waiting)])
     assert dr.status.phase == Phase.PENDING
     c = dr.condition(ConditionType.RUNNING)
     assert c is not None and c.status == "False" and c.reason == reason
@@ -51,10 +45,10 @@ def test_the_kubelets_reason_is_the_running_conditions(waiting: str, reason: str
 
 
 def test_one_event_per_new_reason_and_cleared_once_running() -> None:
-    first = run([pod(0, waiting="ErrImagePull"), pod(1, waiting="ErrImagePull")])
-    same = run([pod(0, waiting="ErrImagePull"), pod(1)], status=stored(first))
+    first = run([pod(0, "Pending", waiting="ErrImagePull"), pod(1, "Pending", waiting="ErrImagePull")])
+    same = run([pod(0, "Pending", waiting="ErrImagePull"), pod(1, "Pending")], status=stored(first))
     assert same.decision.events == []                                   # no event storm while it stays
-    backoff = run([pod(0, waiting="ImagePullBackOff"), pod(1)], status=stored(first))
+    backoff = run([pod(0, "Pending", waiting="ImagePullBackOff"), pod(1, "Pending")], status=stored(first))
     assert [e.reason for e in backoff.decision.events] == ["ImagePullBackOff"]
     running = run([pod(0, "Running"), pod(1, "Running")], status=stored(backoff))
     c = running.condition(ConditionType.RUNNING)
@@ -63,5 +57,5 @@ def test_one_event_per_new_reason_and_cleared_once_running() -> None:
 
 
 def test_pods_merely_being_created_set_no_condition() -> None:
-    dr = run([pod(0), pod(1)])
+    dr = run([pod(0, "Pending"), pod(1, "Pending")])
     assert dr.condition(ConditionType.RUNNING) is None and dr.decision.events == []
