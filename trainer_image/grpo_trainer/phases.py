@@ -43,8 +43,10 @@ class PhaseClock:
     in each (the innermost phase counts), the current step, and the heartbeat thread that publishes them."""
 
     def __init__(self, rank: int, *, directory: Optional[str] = None, stacks: str = "",
-                 interval: float = C.HEARTBEAT_SECONDS, clock: Callable[[], float] = time.time):
+                 interval: float = C.HEARTBEAT_SECONDS, clock: Callable[[], float] = time.time,
+                 downloaded: Optional[Callable[[], Optional[int]]] = None):
         self.rank, self.directory, self.stacks, self.interval, self.clock = rank, directory, stacks, interval, clock
+        self.downloaded = downloaded  # bytes fetched so far, asked only while loading
         self.lock = threading.Lock()
         now = clock()
         self.stack: list[tuple[str, float]] = [(C.PHASE_LOADING, now)]
@@ -92,9 +94,14 @@ class PhaseClock:
             now = self.clock()
             totals = dict(self.totals)
             totals[self.phase] = totals.get(self.phase, 0.0) + max(now - self.counted_from, 0.0)
-            return {"rank": self.rank, "pid": os.getpid(), "phase": self.phase, "since": round(self.stack[-1][1], 3),
-                    "heartbeat": round(now, 3), "step": self.step, "stacks": self.stacks,
-                    "seconds": {k: round(v, 3) for k, v in sorted(totals.items())}}
+            rec = {"rank": self.rank, "pid": os.getpid(), "phase": self.phase, "since": round(self.stack[-1][1], 3),
+                   "heartbeat": round(now, 3), "step": self.step, "stacks": self.stacks,
+                   "seconds": {k: round(v, 3) for k, v in sorted(totals.items())}}
+        if rec["phase"] == C.PHASE_LOADING and self.downloaded is not None:  # outside the lock: it reads the disk
+            fetched = self.downloaded()
+            if fetched is not None:
+                rec["download_bytes"] = fetched
+        return rec
 
     # ------------------------------------------------------------------ publishing
     def publish(self) -> None:
@@ -123,6 +130,36 @@ class PhaseClock:
     def stop(self) -> None:
         self._stop.set()
         self.publish()
+
+
+def hub_cache() -> str:
+    """Where huggingface_hub downloads to (its own resolution order, without importing it)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+    return os.path.join(home, "hub")
+
+
+def downloaded_bytes(cache: str) -> Optional[int]:
+    """The bytes in the Hub cache's blob folders (partial downloads included: they grow in place); None when there
+    is no cache. One directory listing per repo: cheap enough for every heartbeat of the loading phase."""
+    total = 0
+    try:
+        repos = [e.path for e in os.scandir(cache) if e.is_dir() and "--" in e.name]
+    except OSError:
+        return None
+    for repo in repos:
+        try:
+            blobs = list(os.scandir(os.path.join(repo, "blobs")))
+        except OSError:
+            continue
+        for b in blobs:
+            try:
+                total += b.stat().st_size
+            except OSError:
+                pass  # a partial file renamed under us: counted at the next tick
+    return total
 
 
 def read_beats(directory: str) -> list[dict[str, Any]]:
@@ -260,7 +297,9 @@ def callback(clock: PhaseClock) -> Any:
 
 def start() -> PhaseClock:
     """This process's clock, heartbeat thread started (its stacks: register() once the output is known good)."""
-    return PhaseClock(int(os.environ.get("RANK", "0")), directory=beat_dir(), stacks="").start()
+    cache = hub_cache()
+    return PhaseClock(int(os.environ.get("RANK", "0")), directory=beat_dir(), stacks="",
+                      downloaded=lambda: downloaded_bytes(cache)).start()
 
 
 def register(clock: PhaseClock, output_dir: str) -> None:

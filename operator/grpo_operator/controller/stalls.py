@@ -36,6 +36,8 @@ class _Rank:
     pod: str
     sample: progress_mod.RankSample
     beat_moved: _dt.datetime
+    download_bytes: Optional[float] = None
+    download_moved: Optional[_dt.datetime] = None
 
 
 @dataclass
@@ -50,6 +52,18 @@ class _Job:
     answered: set[str] = field(default_factory=set)
     silent: dict[str, _dt.datetime] = field(default_factory=dict)
     stacks: Optional[StackDump] = None
+
+
+def _download(old: Optional[_Rank], sample: progress_mod.RankSample,
+              now: _dt.datetime) -> tuple[Optional[float], Optional[_dt.datetime]]:
+    """The rank's largest download size seen and when it last grew: a first sighting proves nothing, a larger value
+    than the last known one does (a scrape without the value keeps both)."""
+    last = old.download_bytes if old is not None else None
+    moved = old.download_moved if old is not None else None
+    got = sample.download_bytes
+    if got is None:
+        return last, moved
+    return max(got, last or 0.0), now if last is not None and got > last else moved
 
 
 class StallTracker:
@@ -81,7 +95,8 @@ class StallTracker:
             for sample in scrape.ranks:
                 old = job.ranks.get(sample.rank)
                 moved = old is None or old.sample.heartbeat != sample.heartbeat
-                job.ranks[sample.rank] = _Rank(pod, sample, now if moved or old is None else old.beat_moved)
+                job.ranks[sample.rank] = _Rank(pod, sample, now if moved or old is None else old.beat_moved,
+                                               *_download(old, sample, now))
 
     @staticmethod
     def _step(job: _Job, step: Optional[int], now: _dt.datetime) -> None:
@@ -96,7 +111,7 @@ class StallTracker:
         job = self.jobs.get(key)
         if job is None:
             return None
-        ranks = tuple(RankBeat(r, x.pod, x.sample.phase, x.sample.since, x.beat_moved, x.sample.step)
+        ranks = tuple(RankBeat(r, x.pod, x.sample.phase, x.sample.since, x.beat_moved, x.sample.step, x.download_moved)
                       for r, x in sorted(job.ranks.items()))
         return StallWatch(job.attempt, job.since, job.step, job.step_at if job.moved else None, tuple(job.history),
                           ranks, tuple(sorted(job.silent.items())), job.stacks)

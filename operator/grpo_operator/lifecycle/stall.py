@@ -5,7 +5,8 @@ The controller's scraper watches the trainers (StallWatch: the step and when it 
 heartbeat, the endpoints that stopped answering, the stacks once dumped); this module only compares that with the
 clock it is given. The deadline: runPolicy.stallTimeoutSeconds, else a multiple of the slowest recent step, never
 below a floor and kept under torch's collective timeout (training.ddpTimeout) so the operator, not torch, ends a hung
-collective, with its stacks. Before the attempt's first step and during a checkpoint save a longer allowance holds.
+collective, with its stacks. Before the attempt's first step and during a checkpoint save a longer allowance holds;
+before the first step it counts from the last time a rank's download grew (a download that moves is progress).
 Pending pods are never stalled (that is scheduling); a slow job whose steps move never is. docs/operator.md#stalls.
 """
 
@@ -69,6 +70,17 @@ def reason_of(phase: Optional[str]) -> StallReason:
         return StallReason.UNKNOWN_PHASE
 
 
+def last_progress(watch: StallWatch) -> tuple[_dt.datetime, bool]:
+    """Since when nothing moved: the step's last advance; before the first step, the attempt's first scrape or the
+    last time a rank's download grew, whichever is later (a download that moves is progress, however long)."""
+    if watch.step_moved is not None:
+        return watch.step_moved, False
+    fetched = max((r.download_moved for r in watch.ranks if r.download_moved is not None), default=None)
+    if fetched is not None and fetched > watch.watching_since:
+        return fetched, True
+    return watch.watching_since, False
+
+
 def find_stall(watch: StallWatch, now: _dt.datetime, explicit: Optional[int], ddp_timeout: float,
                policy: StallPolicy) -> Optional[Stall]:
     """The stall of a running attempt, or None. First a rank whose heartbeat froze (its process stopped) or an
@@ -84,7 +96,7 @@ def find_stall(watch: StallWatch, now: _dt.datetime, explicit: Optional[int], dd
             return Stall(reason_of(r.phase), f"rank {r.rank} (pod {r.pod}) in phase {r.phase}: heartbeat frozen for "
                          f"{frozen:.0f}s (the process is stopped or its interpreter blocked)", (r.rank,), (r.pod,))
     started = watch.step_moved is not None
-    anchor = watch.step_moved or watch.watching_since
+    anchor, downloading = last_progress(watch)
     waited = (now - anchor).total_seconds()
     step = step_deadline(explicit, watch.step_seconds, ddp_timeout, policy)
     limit = step if started else Deadline(max(step.seconds, policy.startup), "the start-up allowance")
@@ -95,7 +107,8 @@ def find_stall(watch: StallWatch, now: _dt.datetime, explicit: Optional[int], dd
         return None
     suspect = min(watch.ranks, key=lambda r: r.since if r.since is not None else float("inf"), default=None)
     what = f"step {watch.step}" if started else "no first step"
-    msg = f"{what} for {waited:.0f}s (deadline {limit.seconds:.0f}s: {limit.why})"
+    after = " since the download last grew" if downloading else ""
+    msg = f"{what} for {waited:.0f}s{after} (deadline {limit.seconds:.0f}s: {limit.why})"
     if suspect is None:
         return Stall(StallReason.UNKNOWN_PHASE, msg)
     phases = ", ".join(f"rank {r.rank} {r.phase}" for r in sorted(watch.ranks, key=lambda r: r.rank))

@@ -36,6 +36,7 @@ class RankBeat:
     since: Optional[float]  # the trainer's unix time it entered the phase
     beat_moved: _dt.datetime  # operator time its heartbeat was last seen to change
     step: Optional[int] = None
+    download_moved: Optional[_dt.datetime] = None  # operator time its download was last seen to grow (loading)
 
 
 @dataclass(frozen=True)
