@@ -66,6 +66,15 @@ def _download(old: Optional[_Rank], sample: progress_mod.RankSample,
     return max(got, last or 0.0), now if last is not None and got > last else moved
 
 
+def _step_of(results: list[tuple[str, Optional[progress_mod.Scrape]]], logged: Optional[int]) -> Optional[int]:
+    """The attempt's step: the furthest rank's (each rank publishes it at every step), else the logged step (an
+    image without per-rank records). The logged step moves only every loggingSteps (10 by default in TRL): ten
+    40-s steps between two moves would pass a 10 × 40 s deadline about as often as not."""
+    ranks = [r.step for _, s in results if s is not None for r in s.ranks
+             if r.step is not None and r.phase != contract.PHASE_LOADING]  # loading: not counted (the load is no step)
+    return max([*ranks, *([logged] if logged is not None else [])], default=None)
+
+
 class StallTracker:
     def __init__(self, policy: StallPolicy = StallPolicy()):
         self.policy = policy
@@ -81,7 +90,8 @@ class StallTracker:
         if job is None or job.attempt != attempt:
             history = job.history if job is not None else deque(maxlen=HISTORY)
             job = self.jobs[key] = _Job(attempt, now, history=history)
-        self._step(job, step, now)
+        results = list(results)
+        self._step(job, _step_of(results, step), now)
         for pod, scrape in results:
             if scrape is None:
                 if pod in job.answered:
@@ -100,7 +110,7 @@ class StallTracker:
 
     @staticmethod
     def _step(job: _Job, step: Optional[int], now: _dt.datetime) -> None:
-        if step is None or step == job.step:
+        if step is None or (job.step is not None and step <= job.step):  # steps of one attempt only go up
             return
         if job.step is not None and job.step_at is not None and step > job.step:
             job.history.append((now - job.step_at).total_seconds() / (step - job.step))
