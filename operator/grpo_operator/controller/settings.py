@@ -332,6 +332,7 @@ def check_leader_elect(cfg: Settings) -> Optional[str]:
 # GRPO_STALL_<NAME>_SECONDS (and GRPO_STALL_MULTIPLE) → lifecycle.StallPolicy's field (docs/operator.md#stalls)
 STALL_ENV = {"floor": "GRPO_STALL_FLOOR_SECONDS", "multiple": "GRPO_STALL_MULTIPLE",
              "startup": "GRPO_STALL_STARTUP_SECONDS", "save": "GRPO_STALL_SAVE_SECONDS",
+             "evaluate": "GRPO_STALL_EVAL_SECONDS",
              "heartbeat": "GRPO_STALL_HEARTBEAT_SECONDS", "unanswered": "GRPO_STALL_UNANSWERED_SECONDS",
              "stack_wait": "GRPO_STALL_STACK_WAIT_SECONDS"}
 

@@ -5,8 +5,9 @@ The controller's scraper watches the trainers (StallWatch: the step and when it 
 heartbeat, the endpoints that stopped answering, the stacks once dumped); this module only compares that with the
 clock it is given. The deadline: runPolicy.stallTimeoutSeconds, else a multiple of the slowest recent step, never
 below a floor and kept under torch's collective timeout (training.ddpTimeout) so the operator, not torch, ends a hung
-collective, with its stacks. Before the attempt's first step and during a checkpoint save a longer allowance holds;
-before the first step it counts from the last time a rank's download grew (a download that moves is progress).
+collective, with its stacks. Before the attempt's first step, during a checkpoint save and during an evaluation a
+longer allowance holds; before the first step it counts from the last time a rank's download grew (a download that
+moves is progress).
 Pending pods are never stalled (that is scheduling); a slow job whose steps move never is. docs/operator.md#stalls.
 """
 
@@ -100,9 +101,10 @@ def find_stall(watch: StallWatch, now: _dt.datetime, explicit: Optional[int], dd
     waited = (now - anchor).total_seconds()
     step = step_deadline(explicit, watch.step_seconds, ddp_timeout, policy)
     limit = step if started else Deadline(max(step.seconds, policy.startup), "the start-up allowance")
-    saving = [r for r in watch.ranks if r.phase == contract.PHASE_SAVING]
-    if saving:
-        limit = Deadline(max(limit.seconds, policy.save), "the checkpoint-save allowance")
+    for phase, allowance, why in ((contract.PHASE_SAVING, policy.save, "the checkpoint-save allowance"),
+                                  (contract.PHASE_EVALUATING, policy.evaluate, "the evaluation allowance")):
+        if any(r.phase == phase for r in watch.ranks) and allowance > limit.seconds:
+            limit = Deadline(allowance, why)
     if waited < limit.seconds:
         return None
     suspect = min(watch.ranks, key=lambda r: r.since if r.since is not None else float("inf"), default=None)

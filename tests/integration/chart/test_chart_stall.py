@@ -12,9 +12,10 @@ from grpo_operator.controller.settings import STALL_ENV, Settings, check
 from grpo_operator.lifecycle.stall_watch import StallPolicy
 from tests.support.helm import CHART, HELMS, helm, objects
 
-CUSTOM = {"floorSeconds": 600, "multiple": 4, "startupSeconds": 7200, "saveSeconds": 3600.5,
+CUSTOM = {"floorSeconds": 600, "multiple": 4, "startupSeconds": 7200, "saveSeconds": 3600.5, "evalSeconds": 5400,
           "heartbeatSeconds": 90, "unansweredSeconds": 240, "stackWaitSeconds": 45}
 FIELDS = {"floorSeconds": "floor", "multiple": "multiple", "startupSeconds": "startup", "saveSeconds": "save",
+          "evalSeconds": "evaluate",
           "heartbeatSeconds": "heartbeat", "unansweredSeconds": "unanswered", "stackWaitSeconds": "stack_wait"}
 
 

@@ -1,7 +1,8 @@
 """A download that moves is progress (issue 28: "a download in progress is progress"). Before an attempt's first step
 the start-up allowance (30 min) counts from the last time a rank's Hub download grew, so a 100 GB model fetched at
 40 MB/s (about 45 min) is never Stalled while its bytes still arrive, and a download that froze is, 30 min after its
-last byte. The staging pod (spec.cache) runs before any trainer exists: never a stall, however long.
+last byte. The staging pod (spec.cache) runs before any trainer exists: never a stall, however long. And an
+evaluation, during which no step moves, has its own allowance like a checkpoint save.
 
 Finding (before this change): the allowance counted from the attempt's first scrape only, so a large model that
 downloads in the trainer (no spec.cache) slower than 30 min was Stalled and restarted mid-download — and again on
@@ -165,3 +166,17 @@ def test_a_slow_staging_pod_is_never_a_stall() -> None:
     dr = d.Draft.begin(view, [lc.summarize_pod(stager)], T0, lc.Policy())
     assert detect_stall(dr) is False
     assert dr.decision.dump_stacks is None and dr.found.condition(ConditionType.STALLED) is None
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+@pytest.mark.parametrize("case, phase, quiet, stalled", [
+    ("a 25-min evaluation after 30-s steps", C.PHASE_EVALUATING, 1500, False),
+    ("an evaluation past its allowance", C.PHASE_EVALUATING, 3700, True),
+    ("the same 25 min in training", C.PHASE_TRAINING, 1500, True),
+])
+def test_an_evaluation_has_its_own_allowance(case: str, phase: str, quiet: float, stalled: bool) -> None:
+    """Finding (bench/stall_bench.py): no step moves while TRL evaluates (generation over the eval split); the first
+    evaluation longer than 10 × the slowest step was Stalled."""
+    w = StallWatch(0, ago(7200), 100, ago(quiet), (30.0,), (rank(0, phase), rank(1, phase)))
+    got = find_stall(w, T0, None, 1800, P)
+    assert (got is not None) == stalled, (case, got)
