@@ -52,6 +52,7 @@ class _Job:
     answered: set[str] = field(default_factory=set)
     silent: dict[str, _dt.datetime] = field(default_factory=dict)
     stacks: Optional[StackDump] = None
+    paused_seen: Optional[_dt.datetime] = None  # the last round that saw a rank saving or evaluating
 
 
 def _download(old: Optional[_Rank], sample: progress_mod.RankSample,
@@ -103,6 +104,8 @@ class StallTracker:
             for gone in [r for r, x in job.ranks.items() if x.pod == pod and r not in listed]:
                 del job.ranks[gone]  # its process exited (a finished rank): no heartbeat to expect
             for sample in scrape.ranks:
+                if sample.phase in (contract.PHASE_SAVING, contract.PHASE_EVALUATING):
+                    job.paused_seen = now
                 old = job.ranks.get(sample.rank)
                 moved = old is None or old.sample.heartbeat != sample.heartbeat
                 job.ranks[sample.rank] = _Rank(pod, sample, now if moved or old is None else old.beat_moved,
@@ -124,7 +127,7 @@ class StallTracker:
         ranks = tuple(RankBeat(r, x.pod, x.sample.phase, x.sample.since, x.beat_moved, x.sample.step, x.download_moved)
                       for r, x in sorted(job.ranks.items()))
         return StallWatch(job.attempt, job.since, job.step, job.step_at if job.moved else None, tuple(job.history),
-                          ranks, tuple(sorted(job.silent.items())), job.stacks)
+                          ranks, tuple(sorted(job.silent.items())), job.stacks, job.paused_seen)
 
     def suspicious(self, key: Key, now: _dt.datetime) -> bool:
         """Worth a reconcile pass now (its deadlines are checked there): the step quiet for a minute, a heartbeat

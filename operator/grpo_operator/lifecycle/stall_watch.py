@@ -69,6 +69,7 @@ class StallWatch:
     ranks: tuple[RankBeat, ...] = ()
     unanswered: tuple[tuple[str, _dt.datetime], ...] = ()  # (pod, silent since) of pods that answered before
     stacks: Optional[StackDump] = None
+    paused_seen: Optional[_dt.datetime] = None  # the last scrape that saw a rank saving or evaluating (no step moves)
 
 
 @dataclass(frozen=True)

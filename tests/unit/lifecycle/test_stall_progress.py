@@ -1,4 +1,7 @@
-"""A download that moves is progress (issue 28: "a download in progress is progress"). Before an attempt's first step
+"""What is progress though no step moves (the false positives bench/stall_bench.py found, each a healthy job that was
+Stalled and restarted): a download that moves, an evaluation, the end of a checkpoint save, a pod that misses scrapes.
+
+A download that moves is progress (issue 28: "a download in progress is progress"). Before an attempt's first step
 the start-up allowance (30 min) counts from the last time a rank's Hub download grew, so a 100 GB model fetched at
 40 MB/s (about 45 min) is never Stalled while its bytes still arrive, and a download that froze is, 30 min after its
 last byte. The staging pod (spec.cache) runs before any trainer exists: never a stall, however long. And an
@@ -180,3 +183,32 @@ def test_an_evaluation_has_its_own_allowance(case: str, phase: str, quiet: float
     w = StallWatch(0, ago(7200), 100, ago(quiet), (30.0,), (rank(0, phase), rank(1, phase)))
     got = find_stall(w, T0, None, 1800, P)
     assert (got is not None) == stalled, (case, got)
+
+
+# ------------------------------------------------------------------------------------------------ after a save
+@pytest.mark.parametrize("case, paused, stalled, words", [
+    ("20 min of saving ended 20 s ago; the step deadline (300 s) starts again", 20, False, ""),
+    ("the save ended 400 s ago and no step since", 400, True, "since the last save or evaluation"),
+    ("no save at all: 1000 s since the step", None, True, "step 100 for 1000s"),
+])
+def test_after_a_save_or_an_evaluation_the_step_deadline_starts_again(case: str, paused: Optional[float],
+                                                                       stalled: bool, words: str) -> None:
+    """Finding: the deadline counted from the step before the save, so when a save longer than the step deadline
+    ended, the job was Stalled at the next scrape, in generation."""
+    w = StallWatch(0, ago(7200), 100, ago(1000), (30.0,), (rank(0, C.PHASE_GENERATING), rank(1, C.PHASE_GENERATING)),
+                   paused_seen=ago(paused) if paused is not None else None)
+    got = find_stall(w, T0, None, 1800, P)
+    assert (got is not None) == stalled, (case, got)
+    assert got is None or words in got.message, got
+
+
+def test_a_pod_that_misses_scrapes_is_judged_by_the_silence_limit() -> None:
+    """Finding: a pod that missed 4 scrapes in a row (60 s at the default interval) had its ranks' heartbeats
+    "frozen" and the job restarted; its heartbeats are unknown while it is silent, and the silence limit (120 s)
+    judges the pod."""
+    quiet = RankBeat(1, "job-node-1", C.PHASE_TRAINING, 100.0, ago(75), None, None)
+    w = StallWatch(0, ago(7200), 100, ago(10), (30.0,), (rank(0, C.PHASE_TRAINING), quiet),
+                   (("job-node-1", ago(74)),))
+    assert find_stall(w, T0, None, 1800, P) is None
+    late = find_stall(w, T0 + dt.timedelta(seconds=50), None, 1800, P)
+    assert late is not None and late.reason == StallReason.METRICS_UNANSWERED and late.pods == ("job-node-1",)
