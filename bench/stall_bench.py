@@ -25,8 +25,9 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import Optional
 
 from grpo_operator.controller.stalls import StallTracker
 from grpo_operator.lifecycle import progress as progress_mod
