@@ -141,12 +141,26 @@ def hub_cache() -> str:
     return os.path.join(home, "hub")
 
 
-def downloaded_bytes(cache: str) -> Optional[int]:
-    """The bytes in the Hub cache's blob folders (partial downloads included: they grow in place); None when there
-    is no cache. One directory listing per repo: cheap enough for every heartbeat of the loading phase."""
+def _on_hub(ref: Optional[str]) -> bool:
+    """A Hub id, not a path in the pod: grpo_trainer.stage.is_local's rule (a Hub id is at most namespace/name)."""
+    return bool(ref) and not str(ref).startswith(("/", "./", "../", "~")) and str(ref).count("/") <= 1 \
+        and not os.path.exists(str(ref))
+
+
+def hub_folders(*models: Optional[str], datasets: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The Hub cache folders of the job's own repos (models--org--name, datasets--org--name); local paths have none."""
+    return tuple([f"models--{str(m).replace('/', '--')}" for m in models if _on_hub(m)]
+                 + [f"datasets--{d.replace('/', '--')}" for d in datasets if _on_hub(d)])
+
+
+def downloaded_bytes(cache: str, folders: Optional[tuple[str, ...]] = None) -> Optional[int]:
+    """The bytes in the blob folders of the job's repos in the Hub cache (every repo when `folders` is None; partial
+    downloads included: they grow in place); None when there is no cache. The job's repos only: the heartbeat thread
+    runs this, and a shared cache of hundreds of repos on a network volume must not slow its ticks."""
     total = 0
     try:
-        repos = [e.path for e in os.scandir(cache) if e.is_dir() and "--" in e.name]
+        repos = [e.path for e in os.scandir(cache) if e.is_dir() and "--" in e.name
+                 and (folders is None or e.name in folders)]
     except OSError:
         return None
     for repo in repos:
@@ -295,11 +309,12 @@ def callback(clock: PhaseClock) -> Any:
     return PhaseCallback()
 
 
-def start() -> PhaseClock:
-    """This process's clock, heartbeat thread started (its stacks: register() once the output is known good)."""
+def start(hub: tuple[str, ...] = ()) -> PhaseClock:
+    """This process's clock, heartbeat thread started (its stacks: register() once the output is known good); while
+    it loads, the bytes of the `hub` folders (hub_folders) in its Hub cache."""
     cache = hub_cache()
-    return PhaseClock(int(os.environ.get("RANK", "0")), directory=beat_dir(), stacks="",
-                      downloaded=lambda: downloaded_bytes(cache)).start()
+    downloaded = (lambda: downloaded_bytes(cache, hub)) if hub else None
+    return PhaseClock(int(os.environ.get("RANK", "0")), directory=beat_dir(), stacks="", downloaded=downloaded).start()
 
 
 def register(clock: PhaseClock, output_dir: str) -> None:

@@ -212,3 +212,14 @@ def test_a_pod_that_misses_scrapes_is_judged_by_the_silence_limit() -> None:
     assert find_stall(w, T0, None, 1800, P) is None
     late = find_stall(w, T0 + dt.timedelta(seconds=50), None, 1800, P)
     assert late is not None and late.reason == StallReason.METRICS_UNANSWERED and late.pods == ("job-node-1",)
+
+
+def test_only_the_jobs_own_repos_are_measured(tmp_path: Path) -> None:
+    """The heartbeat thread measures the download: a shared cache's other repos are not listed at each tick."""
+    cache = tmp_path / "hub"
+    _blob(cache, "org--mine", "a.incomplete", 700)
+    _blob(cache, "org--other", "b", 10_000)
+    folders = phases.hub_folders("org/mine", "/models/local", None, datasets=("/data/x.jsonl",))
+    assert folders == ("models--org--mine",)
+    assert phases.downloaded_bytes(str(cache), folders) == 700
+    assert phases.hub_folders("/models/tiny", datasets=("/data/arithmetic.jsonl",)) == ()  # nothing to download
