@@ -43,8 +43,10 @@ class PhaseClock:
     in each (the innermost phase counts), the current step, and the heartbeat thread that publishes them."""
 
     def __init__(self, rank: int, *, directory: Optional[str] = None, stacks: str = "",
-                 interval: float = C.HEARTBEAT_SECONDS, clock: Callable[[], float] = time.time):
+                 interval: float = C.HEARTBEAT_SECONDS, clock: Callable[[], float] = time.time,
+                 downloaded: Optional[Callable[[], Optional[int]]] = None):
         self.rank, self.directory, self.stacks, self.interval, self.clock = rank, directory, stacks, interval, clock
+        self.downloaded = downloaded  # bytes fetched so far, asked only while loading
         self.lock = threading.Lock()
         now = clock()
         self.stack: list[tuple[str, float]] = [(C.PHASE_LOADING, now)]
@@ -92,9 +94,14 @@ class PhaseClock:
             now = self.clock()
             totals = dict(self.totals)
             totals[self.phase] = totals.get(self.phase, 0.0) + max(now - self.counted_from, 0.0)
-            return {"rank": self.rank, "pid": os.getpid(), "phase": self.phase, "since": round(self.stack[-1][1], 3),
-                    "heartbeat": round(now, 3), "step": self.step, "stacks": self.stacks,
-                    "seconds": {k: round(v, 3) for k, v in sorted(totals.items())}}
+            rec = {"rank": self.rank, "pid": os.getpid(), "phase": self.phase, "since": round(self.stack[-1][1], 3),
+                   "heartbeat": round(now, 3), "step": self.step, "stacks": self.stacks,
+                   "seconds": {k: round(v, 3) for k, v in sorted(totals.items())}}
+        if rec["phase"] == C.PHASE_LOADING and self.downloaded is not None:  # outside the lock: it reads the disk
+            fetched = self.downloaded()
+            if fetched is not None:
+                rec["download_bytes"] = fetched
+        return rec
 
     # ------------------------------------------------------------------ publishing
     def publish(self) -> None:
@@ -123,6 +130,50 @@ class PhaseClock:
     def stop(self) -> None:
         self._stop.set()
         self.publish()
+
+
+def hub_cache() -> str:
+    """Where huggingface_hub downloads to (its own resolution order, without importing it)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+    return os.path.join(home, "hub")
+
+
+def _on_hub(ref: Optional[str]) -> bool:
+    """A Hub id, not a path in the pod: grpo_trainer.stage.is_local's rule (a Hub id is at most namespace/name)."""
+    return bool(ref) and not str(ref).startswith(("/", "./", "../", "~")) and str(ref).count("/") <= 1 \
+        and not os.path.exists(str(ref))
+
+
+def hub_folders(*models: Optional[str], datasets: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The Hub cache folders of the job's own repos (models--org--name, datasets--org--name); local paths have none."""
+    return tuple([f"models--{str(m).replace('/', '--')}" for m in models if _on_hub(m)]
+                 + [f"datasets--{d.replace('/', '--')}" for d in datasets if _on_hub(d)])
+
+
+def downloaded_bytes(cache: str, folders: Optional[tuple[str, ...]] = None) -> Optional[int]:
+    """The bytes in the blob folders of the job's repos in the Hub cache (every repo when `folders` is None; partial
+    downloads included: they grow in place); None when there is no cache. The job's repos only: the heartbeat thread
+    runs this, and a shared cache of hundreds of repos on a network volume must not slow its ticks."""
+    total = 0
+    try:
+        repos = [e.path for e in os.scandir(cache) if e.is_dir() and "--" in e.name
+                 and (folders is None or e.name in folders)]
+    except OSError:
+        return None
+    for repo in repos:
+        try:
+            blobs = list(os.scandir(os.path.join(repo, "blobs")))
+        except OSError:
+            continue
+        for b in blobs:
+            try:
+                total += b.stat().st_size
+            except OSError:
+                pass  # a partial file renamed under us: counted at the next tick
+    return total
 
 
 def read_beats(directory: str) -> list[dict[str, Any]]:
@@ -258,9 +309,12 @@ def callback(clock: PhaseClock) -> Any:
     return PhaseCallback()
 
 
-def start() -> PhaseClock:
-    """This process's clock, heartbeat thread started (its stacks: register() once the output is known good)."""
-    return PhaseClock(int(os.environ.get("RANK", "0")), directory=beat_dir(), stacks="").start()
+def start(hub: tuple[str, ...] = ()) -> PhaseClock:
+    """This process's clock, heartbeat thread started (its stacks: register() once the output is known good); while
+    it loads, the bytes of the `hub` folders (hub_folders) in its Hub cache."""
+    cache = hub_cache()
+    downloaded = (lambda: downloaded_bytes(cache, hub)) if hub else None
+    return PhaseClock(int(os.environ.get("RANK", "0")), directory=beat_dir(), stacks="", downloaded=downloaded).start()
 
 
 def register(clock: PhaseClock, output_dir: str) -> None:

@@ -129,7 +129,8 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     from . import metrics as metrics_mod
     from . import phases
 
-    clock = phases.start()  # every rank: its phase and heartbeat
+    hub = phases.hub_folders(cfg.model, *(r.model for r in cfg.rewards), datasets=(cfg.dataset.name,))
+    clock = phases.start(hub)  # every rank: its phase, heartbeat and, while it loads, its Hub download's bytes
     metrics = metrics_mod.start(cfg.metrics_port, cfg.job_name, cfg.job_namespace, clock.directory or "")
     # 1.-2. Cheap checks, then GRPOConfig (TRL's batch check with the real world size).
     tokenizer, reward_funcs, splits, args, revision, trust = _prepare(cfg, cuda)

@@ -288,6 +288,8 @@ def check(cfg: Settings) -> Optional[str]:
         return f"environment: {cfg.limits.problem()}"
     if cfg.resync_seconds <= 0:  # 0 would re-kick every job in a busy loop
         return f"environment: GRPO_RESYNC_SECONDS must be > 0, got {cfg.resync_seconds:g}"
+    if stall_problem(cfg.policy.stall, cfg.progress_interval):
+        return f"environment: {stall_problem(cfg.policy.stall, cfg.progress_interval)}"
     for flag, listen in (("--metrics-listen", cfg.metrics_listen), ("--webhook-listen", cfg.webhook_listen)):
         if listen:
             try:
@@ -330,6 +332,7 @@ def check_leader_elect(cfg: Settings) -> Optional[str]:
 # GRPO_STALL_<NAME>_SECONDS (and GRPO_STALL_MULTIPLE) → lifecycle.StallPolicy's field (docs/operator.md#stalls)
 STALL_ENV = {"floor": "GRPO_STALL_FLOOR_SECONDS", "multiple": "GRPO_STALL_MULTIPLE",
              "startup": "GRPO_STALL_STARTUP_SECONDS", "save": "GRPO_STALL_SAVE_SECONDS",
+             "evaluate": "GRPO_STALL_EVAL_SECONDS",
              "heartbeat": "GRPO_STALL_HEARTBEAT_SECONDS", "unanswered": "GRPO_STALL_UNANSWERED_SECONDS",
              "stack_wait": "GRPO_STALL_STACK_WAIT_SECONDS"}
 
@@ -339,3 +342,17 @@ def stall_policy(num: Callable[[str, str], Any]) -> StallPolicy:
     defaults = StallPolicy()
     return StallPolicy(**{f: num(env, str(getattr(defaults, f))) for f, env in STALL_ENV.items()},
                        ddp_margin=defaults.ddp_margin)
+
+
+def stall_problem(policy: StallPolicy, progress_interval: float) -> Optional[str]:
+    """A stall setting that would declare healthy jobs hung: not positive, or a heartbeat or silence limit the scraper
+    cannot tell apart from its own interval (a heartbeat is seen to move once per scrape)."""
+    for f, env in STALL_ENV.items():
+        if getattr(policy, f) <= 0:
+            return f"{env} must be > 0, got {getattr(policy, f):g}"
+    for f in ("heartbeat", "unanswered"):
+        if progress_interval > 0 and getattr(policy, f) < 2 * progress_interval:
+            return (f"{STALL_ENV[f]} ({getattr(policy, f):g}) must be at least 2 × GRPO_PROGRESS_INTERVAL_SECONDS "
+                    f"({progress_interval:g}): the scraper sees a heartbeat move once per scrape")
+    return None
+

@@ -36,6 +36,8 @@ class _Rank:
     pod: str
     sample: progress_mod.RankSample
     beat_moved: _dt.datetime
+    download_bytes: Optional[float] = None
+    download_moved: Optional[_dt.datetime] = None
 
 
 @dataclass
@@ -50,6 +52,28 @@ class _Job:
     answered: set[str] = field(default_factory=set)
     silent: dict[str, _dt.datetime] = field(default_factory=dict)
     stacks: Optional[StackDump] = None
+    paused_seen: Optional[_dt.datetime] = None  # the last round that saw a rank saving or evaluating
+
+
+def _download(old: Optional[_Rank], sample: progress_mod.RankSample,
+              now: _dt.datetime) -> tuple[Optional[float], Optional[_dt.datetime]]:
+    """The rank's largest download size seen and when it last grew: a first sighting proves nothing, a larger value
+    than the last known one does (a scrape without the value keeps both)."""
+    last = old.download_bytes if old is not None else None
+    moved = old.download_moved if old is not None else None
+    got = sample.download_bytes
+    if got is None:
+        return last, moved
+    return max(got, last or 0.0), now if last is not None and got > last else moved
+
+
+def _step_of(results: list[tuple[str, Optional[progress_mod.Scrape]]], logged: Optional[int]) -> Optional[int]:
+    """The attempt's step: the furthest rank's (each rank publishes it at every step), else the logged step (an
+    image without per-rank records). The logged step moves only every loggingSteps (10 by default in TRL): ten
+    40-s steps between two moves would pass a 10 × 40 s deadline about as often as not."""
+    ranks = [r.step for _, s in results if s is not None for r in s.ranks
+             if r.step is not None and r.phase != contract.PHASE_LOADING]  # loading: not counted (the load is no step)
+    return max([*ranks, *([logged] if logged is not None else [])], default=None)
 
 
 class StallTracker:
@@ -67,7 +91,8 @@ class StallTracker:
         if job is None or job.attempt != attempt:
             history = job.history if job is not None else deque(maxlen=HISTORY)
             job = self.jobs[key] = _Job(attempt, now, history=history)
-        self._step(job, step, now)
+        results = list(results)
+        self._step(job, _step_of(results, step), now)
         for pod, scrape in results:
             if scrape is None:
                 if pod in job.answered:
@@ -79,13 +104,16 @@ class StallTracker:
             for gone in [r for r, x in job.ranks.items() if x.pod == pod and r not in listed]:
                 del job.ranks[gone]  # its process exited (a finished rank): no heartbeat to expect
             for sample in scrape.ranks:
+                if sample.phase in (contract.PHASE_SAVING, contract.PHASE_EVALUATING):
+                    job.paused_seen = now
                 old = job.ranks.get(sample.rank)
                 moved = old is None or old.sample.heartbeat != sample.heartbeat
-                job.ranks[sample.rank] = _Rank(pod, sample, now if moved or old is None else old.beat_moved)
+                job.ranks[sample.rank] = _Rank(pod, sample, now if moved or old is None else old.beat_moved,
+                                               *_download(old, sample, now))
 
     @staticmethod
     def _step(job: _Job, step: Optional[int], now: _dt.datetime) -> None:
-        if step is None or step == job.step:
+        if step is None or (job.step is not None and step <= job.step):  # steps of one attempt only go up
             return
         if job.step is not None and job.step_at is not None and step > job.step:
             job.history.append((now - job.step_at).total_seconds() / (step - job.step))
@@ -96,10 +124,10 @@ class StallTracker:
         job = self.jobs.get(key)
         if job is None:
             return None
-        ranks = tuple(RankBeat(r, x.pod, x.sample.phase, x.sample.since, x.beat_moved, x.sample.step)
+        ranks = tuple(RankBeat(r, x.pod, x.sample.phase, x.sample.since, x.beat_moved, x.sample.step, x.download_moved)
                       for r, x in sorted(job.ranks.items()))
         return StallWatch(job.attempt, job.since, job.step, job.step_at if job.moved else None, tuple(job.history),
-                          ranks, tuple(sorted(job.silent.items())), job.stacks)
+                          ranks, tuple(sorted(job.silent.items())), job.stacks, job.paused_seen)
 
     def suspicious(self, key: Key, now: _dt.datetime) -> bool:
         """Worth a reconcile pass now (its deadlines are checked there): the step quiet for a minute, a heartbeat

@@ -51,6 +51,7 @@ class RankSample:
     since: Optional[float] = None
     heartbeat: Optional[float] = None
     step: Optional[int] = None
+    download_bytes: Optional[float] = None  # while loading: the bytes in its Hub cache (a download grows them)
 
 
 RANK_PHASE, RANK_SINCE = "grpo_trainer_rank_phase", "grpo_trainer_rank_phase_since_timestamp_seconds"
@@ -109,7 +110,8 @@ def parse_metrics(text: str, pod: str = "") -> Scrape:
                   ranks=tuple(RankSample(r, **f) for r, f in sorted(ranks.items())))
 
 
-_RANK_FIELDS = {RANK_PHASE: "phase", RANK_SINCE: "since", RANK_BEAT: "heartbeat", RANK_STEP: "step"}
+_RANK_FIELDS = {RANK_PHASE: "phase", RANK_SINCE: "since", RANK_BEAT: "heartbeat", RANK_STEP: "step",
+                contract.RANK_DOWNLOAD_BYTES: "download_bytes"}
 
 
 def _rank_sample(fields: dict[str, Any], name: str, labels: Mapping[str, str], v: float) -> None:

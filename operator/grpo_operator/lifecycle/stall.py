@@ -5,7 +5,9 @@ The controller's scraper watches the trainers (StallWatch: the step and when it 
 heartbeat, the endpoints that stopped answering, the stacks once dumped); this module only compares that with the
 clock it is given. The deadline: runPolicy.stallTimeoutSeconds, else a multiple of the slowest recent step, never
 below a floor and kept under torch's collective timeout (training.ddpTimeout) so the operator, not torch, ends a hung
-collective, with its stacks. Before the attempt's first step and during a checkpoint save a longer allowance holds.
+collective, with its stacks. Before the attempt's first step, during a checkpoint save and during an evaluation a
+longer allowance holds; before the first step it counts from the last time a rank's download grew (a download that
+moves is progress).
 Pending pods are never stalled (that is scheduling); a slow job whose steps move never is. docs/operator.md#stalls.
 """
 
@@ -69,33 +71,60 @@ def reason_of(phase: Optional[str]) -> StallReason:
         return StallReason.UNKNOWN_PHASE
 
 
-def find_stall(watch: StallWatch, now: _dt.datetime, explicit: Optional[int], ddp_timeout: float,
-               policy: StallPolicy) -> Optional[Stall]:
-    """The stall of a running attempt, or None. First a rank whose heartbeat froze (its process stopped) or an
-    endpoint that went silent, then the step past its deadline (the rank in its phase longest is the suspect)."""
+def last_progress(watch: StallWatch) -> tuple[_dt.datetime, str]:
+    """Since when nothing moved: the step's last advance or the end of a save or an evaluation; before the first
+    step, the attempt's first scrape or the last time a rank's download grew, whichever is later (a download that
+    moves is progress, however long); and what it was, for the message."""
+    if watch.step_moved is not None:  # after a save or an evaluation the step's deadline starts again
+        if watch.paused_seen is not None and watch.paused_seen > watch.step_moved:
+            return watch.paused_seen, " since the last save or evaluation"
+        return watch.step_moved, ""
+    fetched = max((r.download_moved for r in watch.ranks if r.download_moved is not None), default=None)
+    if fetched is not None and fetched > watch.watching_since:
+        return fetched, " since the download last grew"
+    return watch.watching_since, ""
+
+
+def silent_or_frozen(watch: StallWatch, now: _dt.datetime, policy: StallPolicy) -> Optional[Stall]:
+    """An endpoint silent past its limit, else a rank whose heartbeat did not move past its limit in the scrapes its
+    pod answered (a pod that misses scrapes has heartbeats unknown, not frozen: the silence limit judges it)."""
     for pod, since in watch.unanswered:
         silent = (now - since).total_seconds()
         if silent >= policy.unanswered:
             return Stall(StallReason.METRICS_UNANSWERED, f"pod {pod}'s metrics endpoint has not answered for "
                          f"{silent:.0f}s while the pod runs", pods=(pod,))
+    quiet = {pod for pod, _ in watch.unanswered}
     for r in watch.ranks:
         frozen = (now - r.beat_moved).total_seconds()
-        if frozen >= policy.heartbeat and r.phase != contract.PHASE_DONE:  # a finished rank may be exiting
+        if frozen >= policy.heartbeat and r.phase != contract.PHASE_DONE and r.pod not in quiet:  # done: exiting
             return Stall(reason_of(r.phase), f"rank {r.rank} (pod {r.pod}) in phase {r.phase}: heartbeat frozen for "
                          f"{frozen:.0f}s (the process is stopped or its interpreter blocked)", (r.rank,), (r.pod,))
+    return None
+
+
+def find_stall(watch: StallWatch, now: _dt.datetime, explicit: Optional[int], ddp_timeout: float,
+               policy: StallPolicy) -> Optional[Stall]:
+    """The stall of a running attempt, or None. First a rank whose heartbeat froze (its process stopped) or an
+    endpoint that went silent, then the step past its deadline (the rank in its phase longest is the suspect)."""
+    frozen = silent_or_frozen(watch, now, policy)
+    if frozen is not None:
+        return frozen
     started = watch.step_moved is not None
-    anchor = watch.step_moved or watch.watching_since
+    anchor, after = last_progress(watch)
+    if any(r.phase in (contract.PHASE_SAVING, contract.PHASE_EVALUATING) for r in watch.ranks):
+        anchor, after = watch.step_moved or anchor, ""  # the allowance counts from the step before the save
     waited = (now - anchor).total_seconds()
     step = step_deadline(explicit, watch.step_seconds, ddp_timeout, policy)
     limit = step if started else Deadline(max(step.seconds, policy.startup), "the start-up allowance")
-    saving = [r for r in watch.ranks if r.phase == contract.PHASE_SAVING]
-    if saving:
-        limit = Deadline(max(limit.seconds, policy.save), "the checkpoint-save allowance")
+    for phase, allowance, why in ((contract.PHASE_SAVING, policy.save, "the checkpoint-save allowance"),
+                                  (contract.PHASE_EVALUATING, policy.evaluate, "the evaluation allowance")):
+        if any(r.phase == phase for r in watch.ranks) and allowance > limit.seconds:
+            limit = Deadline(allowance, why)
     if waited < limit.seconds:
         return None
     suspect = min(watch.ranks, key=lambda r: r.since if r.since is not None else float("inf"), default=None)
     what = f"step {watch.step}" if started else "no first step"
-    msg = f"{what} for {waited:.0f}s (deadline {limit.seconds:.0f}s: {limit.why})"
+    msg = f"{what} for {waited:.0f}s{after} (deadline {limit.seconds:.0f}s: {limit.why})"
     if suspect is None:
         return Stall(StallReason.UNKNOWN_PHASE, msg)
     phases = ", ".join(f"rank {r.rank} {r.phase}" for r in sorted(watch.ranks, key=lambda r: r.rank))

@@ -20,6 +20,7 @@ class StallPolicy:
     multiple: float = 10.0  # × the slowest recent step
     startup: float = 1800.0  # before the attempt's first step: download, model load, vLLM start
     save: float = 1800.0  # a rank in the saving phase
+    evaluate: float = 3600.0  # a rank in the evaluating phase (generation over the eval split: no step moves)
     heartbeat: float = 60.0  # a rank's heartbeat unchanged this long is frozen (it ticks every 2 s)
     unanswered: float = 120.0  # a running pod's metrics endpoint silent this long (after it once answered)
     ddp_margin: float = 120.0  # derived deadlines stay this far under training.ddpTimeout
@@ -36,6 +37,7 @@ class RankBeat:
     since: Optional[float]  # the trainer's unix time it entered the phase
     beat_moved: _dt.datetime  # operator time its heartbeat was last seen to change
     step: Optional[int] = None
+    download_moved: Optional[_dt.datetime] = None  # operator time its download was last seen to grow (loading)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class StallWatch:
     ranks: tuple[RankBeat, ...] = ()
     unanswered: tuple[tuple[str, _dt.datetime], ...] = ()  # (pod, silent since) of pods that answered before
     stacks: Optional[StackDump] = None
+    paused_seen: Optional[_dt.datetime] = None  # the last scrape that saw a rank saving or evaluating (no step moves)
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Optional
 
 from grpo_operator.controller.stalls import StallTracker, to_dump
 from grpo_operator.lifecycle import progress as progress_mod
-from grpo_operator.lifecycle.stall import find_stall
+from grpo_operator.lifecycle.stall import find_stall, step_deadline
 from grpo_operator.lifecycle.stall_watch import StallPolicy
 from grpo_trainer import contract as C
 from grpo_trainer import phases
@@ -23,7 +24,7 @@ def at(s: float) -> dt.datetime:
     return T0 + dt.timedelta(seconds=s)
 
 
-def sample(rank: int, beat: float, phase: str = "training", step: int = 1) -> progress_mod.Scrape:
+def sample(rank: int, beat: float, phase: str = "training", step: Optional[int] = None) -> progress_mod.Scrape:
     return progress_mod.Scrape("p", True, ranks=(progress_mod.RankSample(rank, phase, 1.0, beat, step),))
 
 
@@ -54,8 +55,16 @@ def test_step_times_frozen_heartbeats_and_silent_endpoints() -> None:
     assert beats == {0: at(70), 1: at(0)}  # rank 1's heartbeat never changed after the first round
     assert w.unanswered == (("b", at(70)),)
     assert t.suspicious(KEY, at(70))
-    stall = find_stall(w, at(70), None, 1800, StallPolicy(heartbeat=60))
-    assert stall is not None and stall.ranks == (1,) and "heartbeat frozen for 70s" in stall.message
+    # rank 1's pod no longer answers: its heartbeat is unknown, not frozen (bench/stall_bench.py: a pod missing 4
+    # scrapes in a row restarted healthy jobs); the silence limit judges it
+    assert find_stall(w, at(70), None, 1800, StallPolicy(heartbeat=60)) is None
+    stall = find_stall(w, at(190), None, 1800, StallPolicy(heartbeat=60))
+    assert stall is not None and stall.pods == ("b",) and "has not answered for 120s" in stall.message
+    t.observe(KEY, 0, [("a", sample(0, 18.0)), ("b", sample(1, 10.0))], 5, at(80))  # b answers: still frozen
+    w = t.watch(KEY)
+    assert w is not None and w.unanswered == ()
+    stall = find_stall(w, at(80), None, 1800, StallPolicy(heartbeat=60))
+    assert stall is not None and stall.ranks == (1,) and "heartbeat frozen for 80s" in stall.message
     # a new attempt starts over, keeping the job's step times
     t.observe(KEY, 1, [("a", sample(0, 99.0))], 5, at(80))
     w = t.watch(KEY)
@@ -67,6 +76,28 @@ def test_a_job_whose_steps_move_costs_no_extra_reconcile() -> None:
     for i in range(10):
         t.observe(KEY, 0, [("a", sample(0, float(i)))], i, at(5 * i))
         assert not t.suspicious(KEY, at(5 * i))
+
+
+def test_the_step_is_the_ranks_own_not_the_logged_one() -> None:
+    """Finding (bench/stall_bench.py): the tracker followed the logged step, which moves every loggingSteps (TRL's
+    default 10): 40-s steps made 400-s gaps between moves against a 10 × 40 s deadline, and a healthy job was Stalled
+    at about every other logging window. Every rank publishes its step at every step: that is the step now; a
+    logged step that lags behind it is no step backwards (which would have counted as movement)."""
+    t = StallTracker(StallPolicy())
+    for i in range(0, 41):  # a step every 40 s; the logged step only every 10
+        t.observe(KEY, 0, [("a", sample(0, float(i), step=i))], i - i % 10, at(40 * i))
+    w = t.watch(KEY)
+    assert w is not None and w.step == 40 and w.step_moved == at(1600)
+    assert set(w.step_seconds) == {40.0}  # per step, not per logging window
+    assert step_deadline(None, w.step_seconds, 1800, StallPolicy()).seconds == 400  # 10 × 40 s, from the last step
+    # loading: its step (0 or the checkpoint's) is no step — the load time must not become a "step time"
+    t = StallTracker(StallPolicy())
+    t.observe(KEY, 0, [("a", sample(0, 1.0, "loading", step=0))], None, at(0))
+    t.observe(KEY, 0, [("a", sample(0, 2.0, "generating", step=0))], None, at(1200))
+    t.observe(KEY, 0, [("a", sample(0, 3.0, "generating", step=1))], None, at(1230))
+    t.observe(KEY, 0, [("a", sample(0, 4.0, "generating", step=2))], None, at(1260))
+    w = t.watch(KEY)
+    assert w is not None and w.step_seconds == (30.0, 30.0)
 
 
 def test_the_stack_answers_become_a_dump() -> None:
