@@ -9,8 +9,9 @@ In-place restarts (`--max-restarts=N`, runPolicy.restartPolicy InPlace): torchru
 the pod after a worker failure, and every other node's agent follows into the new rendezvous round. Two hooks on the
 agent: each generation of workers gets GRPO_IN_PLACE_RESTARTS (how many times this attempt's gang restarted so far;
 every agent restarts for every gang restart, whether its own workers failed or another node's did, so the count is
-the same on all nodes), and a permanent worker code (1-127) is never restarted in place: rerunning fails the same
-way, so the agent gives up at once and the launcher exits with that code.
+the same on all nodes, and every agent charges it to its --max-restarts), and a permanent worker code (1-127) is never
+restarted in place: rerunning fails the same way, so the agent gives up at once and the launcher exits with that
+code. With --max-restarts above 0 each generation of workers gets a fresh rendezvous store (main() says why).
 
 SIGTERM before the workers start (the wait for the store, torchrun's rendezvous) exits 143 at once: the launcher is
 the container's PID 1, and the kernel ignores a signal PID 1 has no handler for, so a pod deleted then stayed for its
@@ -157,6 +158,10 @@ def install_agent_hooks(say: Callable[[str], None] | None = None) -> None:
     def _initialize_workers(self, worker_group):
         # the subprocess handler copies os.environ into each worker's environment
         os.environ[IN_PLACE_RESTARTS_ENV] = str(starts[0])
+        # every gang restart is charged once on every agent: torch charges only an agent whose own workers failed (one
+        # that follows another node into the new round is not), so a gang could restart up to nodes × --max-restarts
+        # times; this way at most --max-restarts, the budget the operator gave the attempt
+        self._remaining_restarts = worker_group.spec.max_restarts - starts[0]
         if starts[0]:
             tell(f"grpo_trainer.launch: in-place restart {starts[0]}: starting the workers again in this pod "
                  "(they resume from the latest checkpoint)")
@@ -192,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.rdzv_backend == "c10d" and args.rdzv_endpoint:
         wait_for_store(args.rdzv_endpoint, _join_timeout(args.rdzv_conf))
     install_agent_hooks()
+    if args.max_restarts > 0:
+        # torch's agents share one store server across rendezvous rounds by default, and the workers' keys in it are
+        # not per round: a restarted rank could read the dead generation's gloo/NCCL address before its peer wrote the
+        # new one (seen on loopback: "Connection refused", a second restart). Without sharing, each generation's global
+        # rank 0 hosts a fresh store (torch's own opt-out; the job's pods reach each other on every port).
+        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     try:
         run(args)
     except BaseException as e:

@@ -48,7 +48,7 @@ def test_launcher_restarts_in_place(tmp_path: Path) -> None:
         procs.append(subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                       text=True, start_new_session=True))
     try:
-        errs = [p.communicate(timeout=180)[1] for p in procs]
+        errs = [p.communicate(timeout=400)[1] for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
