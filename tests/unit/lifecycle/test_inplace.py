@@ -200,3 +200,25 @@ def test_first_attempt_gets_the_full_budget_and_recreate_gets_none() -> None:
 def test_status_model_reads_the_new_fields_leniently() -> None:
     st = api.parse_status({"inPlaceRestarts": 3, "inPlaceCounted": {"attempt": "x"}})
     assert st.inPlaceRestarts == 3 and st.inPlaceCounted is None
+
+
+def test_rank0_metrics_carry_the_attempt_and_its_in_place_restarts_into_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer's gauges (grpo_trainer/metrics.py, from the launcher's GRPO_IN_PLACE_RESTARTS) → status.progress
+    as the scraper computes it, before the restarted trainer's first logging step; then counted by decide()."""
+    from grpo_operator.lifecycle import progress
+    from grpo_trainer.metrics import TrainerMetrics
+
+    for key, value in {"RANK": "0", "GRPO_ATTEMPT": "0", "GRPO_IN_PLACE_RESTARTS": "1"}.items():
+        monkeypatch.setenv(key, value)
+    metrics = TrainerMetrics.from_env("job", "ns")
+    metrics.begin(4, 10)  # resumed from checkpoint-4, nothing logged yet
+    live = progress.to_progress(progress.parse_metrics(metrics.text()), previous={"reward": 0.5})
+    assert live is not None and live["attempt"] == 0 and live["inPlaceRestarts"] == 1 and live["step"] == 4
+    dec = decide(job_body("job", nodes=2, uid=UID, status={**RUNNING, "progress": live}), [pod(0), pod(1)])
+    assert dec.status["inPlaceRestarts"] == 1
+    # a trainer started without the launcher's count (an older image): no field, nothing counted
+    monkeypatch.delenv("GRPO_IN_PLACE_RESTARTS")
+    metrics = TrainerMetrics.from_env("job", "ns")
+    metrics.begin(4, 10)
+    old = progress.to_progress(progress.parse_metrics(metrics.text()))
+    assert old is not None and "inPlaceRestarts" not in old and old["attempt"] == 0
