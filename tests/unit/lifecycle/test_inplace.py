@@ -222,3 +222,15 @@ def test_rank0_metrics_carry_the_attempt_and_its_in_place_restarts_into_progress
     metrics.begin(4, 10)
     old = progress.to_progress(progress.parse_metrics(metrics.text()))
     assert old is not None and "inPlaceRestarts" not in old and old["attempt"] == 0
+
+
+def test_describe_shows_in_place_restarts_next_to_the_attempt() -> None:
+    from grpo_operator.cli.kubectl_text import describe_text
+    from grpo_operator.client.types import Job
+
+    body = job_body("job", nodes=2, uid=UID, status={**RUNNING, "restarts": 1, "inPlaceRestarts": 2})
+    lines = describe_text(Job.from_dict(body), []).splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("Attempt:"))
+    assert lines[at + 1].startswith("In place:     2 restart(s) inside the running pods"), lines
+    assert not [ln for ln in describe_text(Job.from_dict(job_body("job", status=RUNNING)), []).splitlines()
+                if ln.startswith("In place:")]
