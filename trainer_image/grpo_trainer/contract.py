@@ -49,6 +49,9 @@ PROGRESS_PREFIX = "GRPO_PROGRESS "  # a progress record on stdout (global rank 0
 # attempts, and their logs, are gone after a gang restart (`kubectl grpo plot`; grpo_trainer/progress.py)
 HISTORY_PREFIX = "GRPO_HISTORY "
 ATTEMPT_ENV = "GRPO_ATTEMPT"  # the pod's attempt (grpo.dev/attempt), in the trainer's environment
+# runPolicy.restartPolicy InPlace: how many times torchrun's agents restarted this attempt's workers inside their pods
+# (grpo_trainer/launch.py sets it for each generation of workers; 0 for the first)
+IN_PLACE_RESTARTS_ENV = "GRPO_IN_PLACE_RESTARTS"
 RESULT_PREFIX = "GRPO_RESULT "  # the final record, in the pod's termination message
 TERMINATION_LOG = "/dev/termination-log"
 STAGE_PREFIX = "GRPO_STAGE "  # a staging progress/result record (JSON) on stdout: grpo_trainer/stage.py

@@ -5,6 +5,14 @@ torchrun's own launcher in-process and maps the outcome: a permanent worker code
 else the first failed worker's code (a signal N becomes 128+N), 128+N when the agent itself got signal N (pod
 deletion: 143), and 200 when rendezvous fails (peers never arrived or the c10d store was lost).
 
+In-place restarts (`--max-restarts=N`, runPolicy.restartPolicy InPlace): torchrun's agent restarts its workers inside
+the pod after a worker failure, and every other node's agent follows into the new rendezvous round. Two hooks on the
+agent: each generation of workers gets GRPO_IN_PLACE_RESTARTS (how many times this attempt's gang restarted so far;
+every agent restarts for every gang restart, whether its own workers failed or another node's did, so the count is
+the same on all nodes, and every agent charges it to its --max-restarts), and a permanent worker code (1-127) is never
+restarted in place: rerunning fails the same way, so the agent gives up at once and the launcher exits with that
+code. With --max-restarts above 0 each generation of workers gets a fresh rendezvous store (main() says why).
+
 SIGTERM before the workers start (the wait for the store, torchrun's rendezvous) exits 143 at once: the launcher is
 the container's PID 1, and the kernel ignores a signal PID 1 has no handler for, so a pod deleted then stayed for its
 whole termination grace period (120 s). torchrun installs its own handler when it starts the workers (it stops them,
@@ -20,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from .contract import C10D_PORT
+from .contract import C10D_PORT, IN_PLACE_RESTARTS_ENV
 from .exitcodes import DISTRIBUTED, SIGNAL_BASE, from_returncode, is_retryable
 
 DEFAULT_JOIN_TIMEOUT = 600  # torchrun's own default for c10d's join_timeout
@@ -137,6 +145,45 @@ def _join_timeout(rdzv_conf: str) -> float:
     return DEFAULT_JOIN_TIMEOUT
 
 
+def install_agent_hooks(say: Callable[[str], None] | None = None) -> None:
+    """Count the gang's worker generations into the workers' environment and stop in-place restarts after a
+    permanent failure (the module docstring says why). Patches torchrun's agent class in this process only."""
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent, WorkerState
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    tell = say or _say
+    initialize, monitor = SimpleElasticAgent._initialize_workers, LocalElasticAgent._monitor_workers
+    starts = [0]
+
+    def _initialize_workers(self, worker_group):
+        # the subprocess handler copies os.environ into each worker's environment
+        os.environ[IN_PLACE_RESTARTS_ENV] = str(starts[0])
+        # every gang restart is charged once on every agent: torch charges only an agent whose own workers failed (one
+        # that follows another node into the new round is not), so a gang could restart up to nodes × --max-restarts
+        # times; this way at most --max-restarts, the budget the operator gave the attempt
+        self._remaining_restarts = worker_group.spec.max_restarts - starts[0]
+        if starts[0]:
+            tell(f"grpo_trainer.launch: in-place restart {starts[0]}: starting the workers again in this pod "
+                 "(they resume from the latest checkpoint)")
+        starts[0] += 1
+        return initialize(self, worker_group)
+
+    def _monitor_workers(self, worker_group):
+        result = monitor(self, worker_group)
+        if result.state == WorkerState.FAILED and self._remaining_restarts > 0:
+            codes = {rank: from_returncode(f.exitcode) or 1 for rank, f in result.failures.items()}
+            permanent = {rank: c for rank, c in codes.items() if not is_retryable(c)}
+            if permanent:
+                rank, code = min(permanent.items())
+                tell(f"grpo_trainer.launch: worker rank {rank} exited with permanent code {code}: not restarted in "
+                     "place")
+                self._remaining_restarts = 0
+        return result
+
+    SimpleElasticAgent._initialize_workers = _initialize_workers
+    LocalElasticAgent._monitor_workers = _monitor_workers
+
+
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     os.write(2, b"grpo_trainer.launch: SIGTERM before the workers started; exit 143\n")
     os._exit(SIGNAL_BASE + signum)  # nothing to save yet; a raise could be caught inside torch's rendezvous
@@ -149,6 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.rdzv_backend == "c10d" and args.rdzv_endpoint:
         wait_for_store(args.rdzv_endpoint, _join_timeout(args.rdzv_conf))
+    install_agent_hooks()
+    if args.max_restarts > 0:
+        # torch's agents share one store server across rendezvous rounds by default, and the workers' keys in it are
+        # not per round: a restarted rank could read the dead generation's gloo/NCCL address before its peer wrote the
+        # new one (seen on loopback: "Connection refused", a second restart). Without sharing, each generation's global
+        # rank 0 hosts a fresh store (torch's own opt-out; the job's pods reach each other on every port).
+        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     try:
         run(args)
     except BaseException as e:

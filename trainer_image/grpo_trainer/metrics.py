@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Optional
 
-from .contract import RANK_DOWNLOAD_BYTES, STACKS_PATH
+from .contract import ATTEMPT_ENV, IN_PLACE_RESTARTS_ENV, RANK_DOWNLOAD_BYTES, STACKS_PATH
 
 NAN = float("nan")
 
@@ -49,11 +49,16 @@ def finite(value: Any) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
+def _number(text: str) -> float:
+    """An integer from the environment, NaN when absent or not a number (no sample beats a fake 0)."""
+    return float(text) if text.strip().isdigit() else NAN
+
+
 class TrainerMetrics:
     """One registry per process; `serve()` on local rank 0, `update()` on global rank 0."""
 
     def __init__(self, *, global_rank0: bool, job: str = "", namespace: str = "", attempt: str = "",
-                 pod: str = "", node_rank: str = ""):
+                 pod: str = "", node_rank: str = "", in_place_restarts: str = ""):
         from prometheus_client import CollectorRegistry, Gauge, Info
 
         self.registry = CollectorRegistry(auto_describe=True)
@@ -73,6 +78,11 @@ class TrainerMetrics:
                 g = Gauge(f"grpo_trainer_{name}", doc, registry=self.registry)
                 g.set(NAN)
                 self.gauges[name] = g
+            # the attempt and the gang's in-place restarts in it (launch.py): status.inPlaceRestarts counts these
+            Gauge("grpo_trainer_attempt", "The GRPOJob attempt (pod generation) this process belongs to.",
+                  registry=self.registry).set(_number(attempt))
+            Gauge("grpo_trainer_in_place_restarts", "Times torchrun restarted this attempt's workers inside their pods "
+                  "(runPolicy.restartPolicy InPlace).", registry=self.registry).set(_number(in_place_restarts))
             self.reward_mean = Gauge("grpo_trainer_reward_function_mean", "Mean of one reward function (unweighted) "
                                      "at the last logging step.", ["reward"], registry=self.registry)
             self.reward_std = Gauge("grpo_trainer_reward_function_std", "Standard deviation of one reward function "
@@ -82,7 +92,8 @@ class TrainerMetrics:
     def from_env(cls, job: str = "", namespace: str = "") -> TrainerMetrics:
         e = os.environ
         return cls(global_rank0=int(e.get("RANK", "0")) == 0, job=job, namespace=namespace or e.get("POD_NAMESPACE", ""),
-                   attempt=e.get("GRPO_ATTEMPT", ""), pod=e.get("POD_NAME", ""), node_rank=e.get("GRPO_NODE_RANK", ""))
+                   attempt=e.get(ATTEMPT_ENV, ""), pod=e.get("POD_NAME", ""), node_rank=e.get("GRPO_NODE_RANK", ""),
+                   in_place_restarts=e.get(IN_PLACE_RESTARTS_ENV, ""))
 
     # ------------------------------------------------------------------ HTTP
     def serve(self, port: int, addr: Optional[str] = None) -> bool:

@@ -45,6 +45,7 @@ from .status_models import (
     Condition,
     ConditionStatus,
     GRPOJobStatus,
+    InPlaceCount,
     ProgressStatus,
     StagedRevision,
     parse_lenient,
@@ -63,5 +64,5 @@ __all__ = [
     "PodTemplate", "ProgressStatus", "Quantity", "ResourceRequirements", "RewardSpec", "RunPolicy", "SchedulingSpec",
     "SecretKeyRef", "TemplateMetadata", "TrainingSpec", "VllmServerSpec", "VllmSpec", "training_kwargs", "CacheSpec",
     "MODULE_NAME", "PeftSpec", "ConditionStatus", "parse_lenient", "parse_status", "ParallelismSpec",
-    "StagedRevision",
+    "StagedRevision", "InPlaceCount",
 ]

@@ -184,6 +184,11 @@ class RunPolicy(_Model):
     stallTimeoutSeconds: Optional[Annotated[StrictInt, Field(ge=60, le=INT32_MAX)]] = Field(
         default=None, description="A job whose step does not advance for this many seconds is Stalled (default: "
         "derived from its own step times; docs/operator.md).")
+    restartPolicy: Literal["InPlace", "Recreate"] = Field(
+        default="InPlace", description="How a gang restarts after a trainer process fails while its pods and nodes "
+        "are healthy: InPlace (torchrun restarts the worker processes inside the running pods, which resume from the "
+        "latest checkpoint; counted in status.inPlaceRestarts against backoffLimit) or Recreate (new pods every "
+        "time). A lost, deleted, evicted or preempted pod is always recreated (docs/operator.md).")
     onStall: Literal["Restart", "Fail", "Ignore"] = Field(
         default="Restart", description="What a Stalled job does once every rank's stacks are dumped: Restart (a gang "
         "restart counted against backoffLimit, resuming from the checkpoint), Fail, or Ignore (the condition only).")

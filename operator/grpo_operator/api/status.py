@@ -95,6 +95,8 @@ class Reason(_Str):
     # Stalled=False; a stall as a failure (status.lastFailureReason, Restarting) and its Warning Event
     PROGRESSING = "Progressing"
     STALLED = "Stalled"
+    # an in-place gang restart (runPolicy.restartPolicy InPlace): the Event's reason
+    RESTARTED_IN_PLACE = "RestartedInPlace"
     # Events only
     TTL_EXPIRED = "TTLExpired"
     FORCE_DELETED = "ForceDeleted"

@@ -47,6 +47,10 @@ class ProgressStatus(BaseModel):
     etaSeconds: Optional[float] = Field(default=None, description="Estimated seconds left.")
     updateTime: Optional[str] = Field(default=None, description="When the trainer logged this step (RFC 3339).")
     display: Optional[str] = Field(default=None, description="step/maxSteps, for the STEP column.")
+    attempt: Optional[int] = Field(default=None, description="The attempt (status.restarts) the scraped trainer belongs to.")
+    inPlaceRestarts: Optional[int] = Field(
+        default=None, description="runPolicy.restartPolicy InPlace: times torchrun restarted that attempt's worker "
+        "processes inside their pods.")
 
 
 class StagedRevision(BaseModel):
@@ -57,12 +61,24 @@ class StagedRevision(BaseModel):
                         "what the trainers and the vLLM server load.")
 
 
+class InPlaceCount(BaseModel):
+    attempt: int = Field(description="The attempt (status.restarts).")
+    restarts: int = Field(description="Its in-place restarts counted so far.")
+
+
 class GRPOJobStatus(BaseModel):
     phase: Optional[Phase] = Field(default=None, description=f"{listing(Phase)}.")
     conditions: list[Condition] = Field(default_factory=list, description="Latest observations (Kubernetes API conventions).")
     batch: Optional[BatchStatus] = Field(default=None, description="The batch breakdown the operator validated.")
     progress: Optional[ProgressStatus] = Field(default=None, description="Live training progress reported by global rank 0.")
     restarts: int = Field(default=0, description="Gang restarts so far.")
+    inPlaceRestarts: int = Field(
+        default=0, description="runPolicy.restartPolicy InPlace: gang restarts done inside the running pods (worker "
+        "processes restarted by torchrun, no new pods), all attempts together; they count against "
+        "runPolicy.backoffLimit like status.restarts.")
+    inPlaceCounted: Optional[InPlaceCount] = Field(
+        default=None, description="The attempt whose in-place restarts were last counted into inPlaceRestarts, and "
+        "how many of them (bookkeeping: each is counted once).")
     requeues: int = Field(
         default=0, description="Of the restarts, those Kueue caused (it evicted the pods) or a resume under Kueue began; "
         "they do not count against runPolicy.backoffLimit.")

@@ -80,6 +80,9 @@ def _job_lines(job: Any) -> list[str]:
     out += [f"Attempt:      {job.attempt} (gang restarts so far{requeued})", f"Nodes:        {job.nodes}"
             + (f" ({job.topology} nodes×processes)" if job.topology else ""),
             f"Suspend:      {str(job.suspended).lower()}"]
+    if job.in_place_restarts:
+        out.insert(-2, f"In place:     {job.in_place_restarts} restart(s) inside the running pods (both count against "
+                       "runPolicy.backoffLimit)")
     if job.queue:
         out.append(f"Queue:        {job.queue}")
     if job.last_failure_reason:

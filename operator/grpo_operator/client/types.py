@@ -178,6 +178,7 @@ class Job:
     progress: Optional[Progress] = None
     last_failure_reason: Optional[str] = None
     requeues: int = 0  # of the restarts, those Kueue caused by evicting the job (not charged to backoffLimit)
+    in_place_restarts: int = 0  # gang restarts inside the running pods (runPolicy.restartPolicy InPlace)
     uid: str = ""
     generation: Optional[int] = None
     observed_generation: Optional[int] = None
@@ -209,6 +210,7 @@ class Job:
             queue=_dict(meta.get("labels")).get(c.QUEUE_LABEL),
             conditions=tuple(Condition.of(x) for x in status.conditions), progress=Progress.of(status.progress),
             last_failure_reason=status.lastFailureReason, requeues=status.requeues,
+            in_place_restarts=status.inPlaceRestarts,
             uid=uid, generation=_int(meta.get("generation")), observed_generation=status.observedGeneration,
             creation_timestamp=meta.get("creationTimestamp"), start_time=status.startTime,
             completion_time=status.completionTime, pods=tuple(node_pods), raw=dict(body))

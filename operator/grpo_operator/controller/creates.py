@@ -62,12 +62,13 @@ class Creator:
         # the commits staging recorded, in this very pass when it saw the download pod succeed
         status = dec.job_status or api.parse_status(body.get("status"))
         await self.create(key, body, res, dec.create_attempt, dec.create_pods,  # type: ignore[arg-type]
-                          dec.kueue_group, dec.kueue_server_group, staged=status.stagedRevisions)
+                          dec.kueue_group, dec.kueue_server_group, staged=status.stagedRevisions,
+                          max_restarts=dec.max_restarts)
 
     async def create(self, key: Key, body: dict[str, Any], res: validation.ValidationResult, attempt: int,
                      pod_names: list[str], kueue_group: Optional[str] = None,
                      kueue_server_group: Optional[str] = None,
-                     staged: Sequence[api.StagedRevision] = ()) -> None:
+                     staged: Sequence[api.StagedRevision] = (), max_restarts: Optional[int] = None) -> None:
         c = self.c
         assert c.kube is not None and res.job is not None and res.topology is not None
         ns, name = key
@@ -76,7 +77,7 @@ class Creator:
                                  cpu_image=c.config.cpu_image, attempt=attempt,
                                  metrics_port=c.config.trainer_metrics_port, kueue_group=kueue_group,
                                  kueue_server_group=kueue_server_group, network_policy=c.config.network_policy(),
-                                 staged=staged)
+                                 staged=staged, max_restarts=max_restarts)
         too_large = render_job.oversized(objs)
         if too_large:  # the server would refuse it: say so without sending anything
             refused.note(c, key, manifests.names(name).config_map, too_large, body)

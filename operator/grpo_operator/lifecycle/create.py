@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..api.status import ConditionType, Phase, Reason
 from .conditions import fmt_time
 from .draft import Draft
+from .inplace import attempt_budget
 from .pods import ROLE_TRAINER, ROLE_VLLM, PodInfo
 
 
@@ -39,6 +40,7 @@ def create_pods(draft: Draft) -> bool:
     if missing and not draft.any_started:
         draft.decision.create_attempt = attempt
         draft.decision.create_pods = missing
+        draft.decision.max_restarts = attempt_budget(draft)  # in-place restarts (runPolicy.restartPolicy)
         draft.decision.kueue_group = draft.gang.group_of_new_pods(draft.pods.ours, draft.job.name, draft.job.uid,
                                                                   attempt)
         if set(missing) & set(expected[draft.nodes:]):  # a vLLM server too (its own group: server_order.gang_groups)

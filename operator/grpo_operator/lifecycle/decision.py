@@ -18,6 +18,8 @@ Failure classes (the trainer's exit-code contract):
   * exit ≥128, a signal, OOMKilled, Evicted,
     node lost (phase Unknown), a deleted pod  retryable → gang restart with exponential backoff, up to
                                              runPolicy.backoffLimit restarts
+  * a trainer process failure in a healthy pod (runPolicy.restartPolicy InPlace): torchrun restarts the workers in
+    the pods; the operator only counts it (status.inPlaceRestarts, against backoffLimit: lifecycle/inplace.py)
 
 The steps live a module per concern (validity, terminal, suspend, restart, create, phase; the gang policy's hooks
 in gang_policy); this module is their table of contents.
@@ -32,6 +34,7 @@ from . import gang_policy
 from .create import create_pods, note_conflicts
 from .draft import Decision, Draft, JobView, Policy
 from .finish import finish
+from .inplace import count_in_place
 from .phase import phase_from_pods
 from .pods import PodInfo
 from .restart import adopt_newest_attempt, delete_other_attempts, restart_or_fail, wait_for_previous_attempt
@@ -56,6 +59,7 @@ STEPS: tuple[Step, ...] = (
     resume,                     # unsuspended: wait for the suspended pods to be gone
     enforce_deadline,           # runPolicy.activeDeadlineSeconds
     delete_other_attempts,      # pods of an older attempt go first
+    count_in_place,             # in-place restarts the trainers report: status.inPlaceRestarts (never settles)
     note_conflicts,             # our pod names owned by something else
     restart_or_fail,            # failures of the current attempt: gang restart, or Failed
     wait_for_previous_attempt,  # the older attempt's pods still exist, or the backoff runs

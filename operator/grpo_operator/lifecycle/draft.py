@@ -55,6 +55,7 @@ class Decision:
     status: Optional[dict[str, Any]]
     create_attempt: Optional[int] = None  # attempt number of the pods to create
     create_pods: list[str] = field(default_factory=list)  # pod names to create (from render)
+    max_restarts: Optional[int] = None  # the created trainers' in-place restarts (render's; lifecycle/inplace.py)
     delete_pods: list[str] = field(default_factory=list)
     # stuck terminating on a lost node: (pod, why) to delete with grace 0; the I/O layer posts `why` as a
     # ForceDeleted Warning when it sends the delete (decide() repeats until the pod is gone)

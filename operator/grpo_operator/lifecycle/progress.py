@@ -26,11 +26,15 @@ GAUGES = {
     "grpo_trainer_learning_rate": "learningRate",
     "grpo_trainer_tokens_per_second": "tokensPerSecond",
     "grpo_trainer_eta_seconds": "etaSeconds",
+    # which attempt the trainer belongs to and its in-place restarts in it (lifecycle/inplace.py counts them)
+    "grpo_trainer_attempt": "attempt",
+    "grpo_trainer_in_place_restarts": "inPlaceRestarts",
 }
 RANK0 = "grpo_trainer_global_rank0"
 LAST_LOG = "grpo_trainer_last_log_timestamp_seconds"
 REWARD_FUNCTION = "grpo_trainer_reward_function_mean"
-INTEGER_FIELDS = ("step", "maxSteps")
+INTEGER_FIELDS = ("step", "maxSteps", "attempt", "inPlaceRestarts")
+RESTART_FIELDS = ("attempt", "inPlaceRestarts")  # known from the start, not only after a logging step
 # Fields that only a logging step sets (before the first one after a (re)start, the previous values stay).
 LOGGED_FIELDS = ("reward", "rewardStd", "rewards", "kl", "completionLength", "learningRate", "tokensPerSecond",
                  "etaSeconds", "updateTime")
@@ -175,6 +179,7 @@ def to_progress(scrape: Scrape, previous: Optional[Mapping[str, Any]] = None) ->
     if max_steps is not None:
         out["maxSteps"] = max_steps
     out["display"] = f"{step}/{max_steps}" if max_steps is not None else str(step)
+    out.update({f: int(vals[f]) for f in RESTART_FIELDS if f in vals})
     if "etaSeconds" in out:
         out["etaSeconds"] = round(out["etaSeconds"])
     return dict(sorted(out.items()))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 
 from ..api.status import ConditionType, Phase, Reason
-from . import server_keep
+from . import inplace, server_keep
 from .conditions import parse_time
 from .draft import Draft, backoff_seconds
 from .pods import ROLE_TRAINER, Failure, PodPhase, classify
@@ -67,21 +67,26 @@ def restart_for(draft: Draft, failures: list[Failure]) -> bool:
     """These failures of the current attempt: Failed (a permanent one, or runPolicy.backoffLimit used up), else a
     gang restart of every pod after a backoff (lifecycle/server_wait.py's start-up deadline comes here too); in
     server mode a healthy vLLM server is kept and only the trainers restart (lifecycle/server_keep.py)."""
-    status, limit = draft.status, draft.spec.runPolicy.backoffLimit
+    status, run = draft.status, draft.spec.runPolicy
+    limit = run.backoffLimit
     permanent = [f for f in failures if not f.retryable]
     first = (permanent or failures)[0]
     status.lastFailureReason = first.reason
     if permanent:
         return fail(draft, first.reason, first.message)
-    charged = status.restarts - draft.requeues  # the scheduler's evictions are not the job's failures
-    if charged >= limit:
+    # the scheduler's evictions are not the job's failures; in-place restarts are (lifecycle/inplace.py)
+    charged = inplace.charged_retries(status)
+    action = inplace.choose(inplace.cause_of(first), retryable=True, restart_policy=run.restartPolicy,
+                            backoff_limit=limit, charged=charged, in_place_left=0)
+    if action == inplace.Action.FAIL:
+        in_place = f", {status.inPlaceRestarts} of them in place" if status.inPlaceRestarts else ""
         return fail(draft, Reason.BACKOFF_LIMIT_EXCEEDED,
-                    f"{first.message}; runPolicy.backoffLimit={limit} restarts already used")
+                    f"{first.message}; runPolicy.backoffLimit={limit} restarts already used{in_place}")
     keep, server_note = server_keep.restart_keeping(draft)  # server mode: a healthy vLLM server is kept
     draft.next_attempt(charged=True)
     charged += 1
     status.phase = Phase.RESTARTING
-    delay = backoff_seconds(charged, draft.policy)
+    delay = backoff_seconds(status.restarts - draft.requeues, draft.policy)  # as wait_for_previous_attempt counts
     status.message = f"gang restart {charged}/{limit} in {delay:g}s: {first.message}{server_note}"
     draft.set(ConditionType.RESTARTING, "True", first.reason, status.message, force_transition=True)
     draft.clear(ConditionType.RUNNING, first.reason, "restarting the trainers" if keep else "restarting all nodes")

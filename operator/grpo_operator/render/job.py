@@ -18,14 +18,15 @@ def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: st
            metrics_port: int = manifests.DEFAULT_METRICS_PORT,
            kueue_group: Optional[str] = None, kueue_server_group: Optional[str] = None,
            network_policy: Optional[netpol.Access] = None, staged: Sequence[api.StagedRevision] = (),
-           cpu_image: Optional[str] = None) -> list[dict[str, Any]]:
+           cpu_image: Optional[str] = None, max_restarts: Optional[int] = None) -> list[dict[str, Any]]:
     """In creation order: the job's NetworkPolicy (with `network_policy`: who else may reach the pods; None: no
     policy), ConfigMap, Service, the download pod (spec.cache with something from the Hub), the vLLM server's
     Service, the PodGroup of spec.scheduling.gang, pods (other arguments: manifests.render). `staged`: the commits
     spec.cache's staging recorded (status.stagedRevisions), which the trainer and vLLM pods load (cache.pin). The
     download pod runs the trainers' image (pod_template.pick_image): the one their nodes pull anyway."""
     objs = manifests.render(job, topo, namespace, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port,
-                            kueue_group=kueue_group, kueue_server_group=kueue_server_group, cpu_image=cpu_image)
+                            kueue_group=kueue_group, kueue_server_group=kueue_server_group, cpu_image=cpu_image,
+                            max_restarts=max_restarts)
     cache.pin(job, objs, staged)
     stage_image = pod_template.pick_image(job, bool(topo.gpu_resource), image, cpu_image)
     objs[2:2] = initializer.render_initializer(job, namespace, uid=uid, image=stage_image, metrics_port=metrics_port)

@@ -12,7 +12,7 @@ from typing import Any, Optional
 from grpo_trainer import contract
 
 from .. import api
-from ..rules import topology
+from ..rules import restarts, topology
 from . import cache, parallelism, pod_template, podgroup, vllm_server
 from .names import MAX_BASE as MAX_BASE
 from .names import Names as Names
@@ -43,8 +43,12 @@ LAUNCHER = ["python", "-m", "grpo_trainer.launch"]
 
 
 def torchrun_argv(nnodes: int, nproc_per_node: int, rdzv_endpoint: str, rdzv_id: str,
-                  config_path: str = CONFIG_FILE) -> list[str]:
+                  config_path: str = CONFIG_FILE, max_restarts: int = 0) -> list[str]:
     """The trainer container's argv (never a shell string): torchrun's arguments, then the trainer module.
+
+    `max_restarts`: in-place restarts of the workers (runPolicy.restartPolicy InPlace, rules/restarts.py): after a
+    worker failure every node's agent restarts its workers in the same pods, in a new rendezvous round, and they
+    resume from the latest checkpoint; 0: a worker failure ends the pod and the operator recreates the gang.
 
     No --node-rank: c10d ignores it (and warns on every agent but one); it orders ranks by the agents' host names, so
     pod node-N is not global rank N (from 11 nodes: node-10 sorts before node-2). Nothing may assume it is."""
@@ -55,7 +59,7 @@ def torchrun_argv(nnodes: int, nproc_per_node: int, rdzv_endpoint: str, rdzv_id:
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={rdzv_endpoint}",
         f"--rdzv-id={rdzv_id}",
-        "--max-restarts=0",  # restarts are the operator's (gang, with resume), not torchrun's
+        f"--max-restarts={max_restarts}",
         "-m",
         TRAINER_MODULE,
         "--config",
@@ -211,7 +215,8 @@ def _scrape_annotations(metrics_port: int) -> dict[str, str]:
 
 def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank: int, *, uid: str = "",
                 image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
-                metrics_port: int = DEFAULT_METRICS_PORT, cpu_image: Optional[str] = None) -> dict[str, Any]:
+                metrics_port: int = DEFAULT_METRICS_PORT, cpu_image: Optional[str] = None,
+                max_restarts: Optional[int] = None) -> dict[str, Any]:
     n = names(job.metadata.name or "")
     labels = {**job.spec.template.metadata.labels, **_labels(job, n, ROLE_TRAINER), LABEL_RANK: str(rank),
               LABEL_ATTEMPT: str(attempt)}
@@ -223,7 +228,10 @@ def trainer_pod(job: api.GRPOJob, topo: topology.Topology, namespace: str, rank:
         + [{"name": "GRPO_NODE_RANK", "value": str(rank)}, {"name": "GRPO_ATTEMPT", "value": str(attempt)}]
     cache.apply_reader(job, volumes, mounts, env)  # spec.cache: the staged cache, read offline
     rdzv_id = f"{uid or n.base}-{attempt}"
-    argv = torchrun_argv(topo.nodes, topo.nproc_per_node, f"{n.pod(0)}.{n.service}:{C10D_PORT}", rdzv_id)
+    if max_restarts is None:  # a new job's budget (the lifecycle passes what the restarts so far left)
+        max_restarts = restarts.in_place_budget(job.spec.runPolicy.restartPolicy, job.spec.runPolicy.backoffLimit, 0)
+    argv = torchrun_argv(topo.nodes, topo.nproc_per_node, f"{n.pod(0)}.{n.service}:{C10D_PORT}", rdzv_id,
+                         max_restarts=max_restarts)
     container = {
         "name": TRAINER_CONTAINER,
         "image": pod_template.pick_image(job, bool(topo.gpu_resource), image, cpu_image),
@@ -367,7 +375,8 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
 def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
            image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
            metrics_port: int = DEFAULT_METRICS_PORT, kueue_group: Optional[str] = None,
-           kueue_server_group: Optional[str] = None, cpu_image: Optional[str] = None) -> list[dict[str, Any]]:
+           kueue_server_group: Optional[str] = None, cpu_image: Optional[str] = None,
+           max_restarts: Optional[int] = None) -> list[dict[str, Any]]:
     """The job's own objects, in creation order: ConfigMap, Services, the PodGroup of spec.scheduling.gang, pods.
     render/job.py render() adds spec.cache's download pod: that one is what the operator and `grpojob render` call.
 
@@ -375,13 +384,14 @@ def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: st
     containerPort); 0 turns the trainer's metrics, and with them status.progress, off. `kueue_group`: under Kueue,
     the pod group the trainers join (the lifecycle's choice; default: a new group named after this attempt), and
     `kueue_server_group` the vLLM server's own group in server mode (default: a new one named after this attempt).
-    `image`, `cpu_image`: the operator's CUDA and CPU trainer images (pick_image; spec.image wins)."""
+    `image`, `cpu_image`: the operator's CUDA and CPU trainer images (pick_image; spec.image wins). `max_restarts`:
+    the attempt's in-place restarts (torchrun_argv; None: a new job's, rules/restarts.py)."""
     objs: list[dict[str, Any]] = [config_map(job, namespace, uid=uid, metrics_port=metrics_port),
                                   headless_service(job, namespace, uid=uid)]
     if job.spec.vllm.mode == "server":
         objs += vllm_objects(job, topo, namespace, uid=uid, image=image, attempt=attempt, cpu_image=cpu_image)
     objs += [trainer_pod(job, topo, namespace, r, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port,
-                         cpu_image=cpu_image) for r in range(topo.nodes)]
+                         cpu_image=cpu_image, max_restarts=max_restarts) for r in range(topo.nodes)]
     return _gang(job, namespace, objs, uid=uid, attempt=attempt, kueue_group=kueue_group,
                  kueue_server_group=kueue_server_group)
 
