@@ -44,6 +44,7 @@ class _Rank:
 class _Job:
     attempt: int
     since: _dt.datetime
+    in_place: int = 0  # the attempt's in-place restarts when this record began (a restart in place starts anew)
     step: Optional[int] = None
     step_at: Optional[_dt.datetime] = None
     moved: bool = False  # the step advanced in this attempt
@@ -76,6 +77,12 @@ def _step_of(results: list[tuple[str, Optional[progress_mod.Scrape]]], logged: O
     return max([*ranks, *([logged] if logged is not None else [])], default=None)
 
 
+def _in_place_restarts(results: list[tuple[str, Optional[progress_mod.Scrape]]]) -> Optional[int]:
+    """The in-place restarts global rank 0 reports for its attempt (None: no pod said)."""
+    seen = [s.values["inPlaceRestarts"] for _, s in results if s is not None and "inPlaceRestarts" in s.values]
+    return int(max(seen)) if seen else None
+
+
 class StallTracker:
     def __init__(self, policy: StallPolicy = StallPolicy()):
         self.policy = policy
@@ -88,10 +95,14 @@ class StallTracker:
                 step: Optional[int], now: _dt.datetime) -> None:
         """One scrape round of a running attempt: (pod, its scrape or None when it did not answer), the job's step."""
         job = self.jobs.get(key)
-        if job is None or job.attempt != attempt:
-            history = job.history if job is not None else deque(maxlen=HISTORY)
-            job = self.jobs[key] = _Job(attempt, now, history=history)
         results = list(results)
+        in_place = _in_place_restarts(results)
+        # A new attempt, or the gang restarted in place (new workers reload and resume from a checkpoint, their
+        # steps start below the last one seen): its start-up allowance and its steps count from now.
+        if job is None or job.attempt != attempt or (in_place is not None and in_place > job.in_place):
+            history = job.history if job is not None else deque(maxlen=HISTORY)
+            base = in_place if in_place is not None else 0
+            job = self.jobs[key] = _Job(attempt, now, in_place=base, history=history)
         self._step(job, _step_of(results, step), now)
         for pod, scrape in results:
             if scrape is None:

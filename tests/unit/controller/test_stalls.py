@@ -130,3 +130,29 @@ def test_kubectl_grpo_describe_shows_the_whole_stall_message() -> None:
          "lastTransitionTime": "2030-01-01T00:00:00Z"}]})
     text = describe_text(Job.from_dict(body), [])
     assert f"Stall:        {message}" in text
+
+
+def test_a_restart_in_place_gets_the_start_up_allowance_again() -> None:
+    """Finding (merge of in-place restarts with stall detection): after the gang restarted in place, new workers
+    reload the model and resume below the last step seen; the tracker kept the attempt's step deadline, so a reload
+    longer than 10 steps was declared Stalled and the pods recreated. Rank 0's in-place count now starts the record
+    anew (the start-up allowance, steps counted from the resumed one), keeping the job's step times."""
+    def scrape(beat: float, phase: str, step: int, restarts: int) -> progress_mod.Scrape:
+        return progress_mod.Scrape("p", True, values={"inPlaceRestarts": float(restarts)},
+                                   ranks=(progress_mod.RankSample(0, phase, 1.0, beat, step),))
+    t = StallTracker(StallPolicy())
+    for i in range(6):
+        t.observe(KEY, 0, [("a", scrape(float(i), "training", i, 0))], None, at(20 * i))
+    w = t.watch(KEY)
+    assert w is not None and w.step == 5 and w.step_moved == at(100)
+    t.observe(KEY, 0, [("a", scrape(50.0, "loading", 4, 1))], None, at(130))  # rank 1 died; all reload
+    t.observe(KEY, 0, [("a", scrape(51.0, "loading", 4, 1))], None, at(900))  # 13 min of reload: 10 × 20 s passed
+    w = t.watch(KEY)
+    assert w is not None and w.step_moved is None and w.watching_since == at(130) and w.step_seconds
+    assert find_stall(w, at(900), None, 1800, StallPolicy()) is None
+    t.observe(KEY, 0, [("a", scrape(52.0, "training", 5, 1))], None, at(920))  # resumed: step 5 again
+    t.observe(KEY, 0, [("a", scrape(53.0, "training", 6, 1))], None, at(940))
+    w = t.watch(KEY)
+    assert w is not None and w.step == 6 and w.step_moved == at(940)
+    stall = find_stall(w, at(940 + 1900), None, 1800, StallPolicy())  # and a hang after it is still found
+    assert stall is not None
