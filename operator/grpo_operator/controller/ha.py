@@ -4,15 +4,17 @@ A standby drops kopf's GRPOJob events (it caches nothing and starts none of the 
 queue: `Controller.ensure_background` is reached only through an admitted event or `start_leading`). On acquiring
 the Lease, the new leader re-lists every GRPOJob in its scope before acting, so it never acts on a cache older than
 its lease; the pod watch lists the pods before any reconcile (podwatch.py). Losing the Lease ends the process
-(leader.py), so there is no way back from leader to standby with stale state.
+(leader.py), so there is no way back from leader to standby with stale state. The elector runs on a thread and event
+loop of its own (ElectorThread): the operator's loop also serves the webhook, whose load a tenant chooses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, Optional, Protocol
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Optional, Protocol, TypeVar
 
 from .. import api
 from . import kube as kube_mod
@@ -20,6 +22,7 @@ from . import leader
 from .settings import Settings
 
 log = logging.getLogger("grpo_operator.ha")
+T = TypeVar("T")
 
 
 class Controller(Protocol):
@@ -103,27 +106,63 @@ def lease_of(cfg: Settings) -> tuple[str, str]:
     return ns, name
 
 
-async def start(cfg: Settings, controller: Controller, login: Callable[..., Awaitable[Any]]
-                ) -> tuple[leader.Elector, asyncio.Task[None]]:
-    """The elector, with its own API session (its requests must never wait behind the controller's writes), as the
-    fence of every write. `login` is kopf's (handlers._login)."""
-    import kopf
+class ElectorThread:
+    """An event loop on its own thread for the elector: the operator's loop also serves the webhook (TLS handshakes,
+    parsing and validating reviews a tenant chooses), and 200 costly reviews in flight there delayed the renewals past
+    the renew deadline (the leader exited). Here a renewal waits only for the GIL, which a busy thread hands over
+    every switch interval (5 ms)."""
 
-    info = await login(logger=log, settings=kopf.OperatorSettings())
-    session = kube_mod.Kube(info, relogin=lambda: login(logger=log, settings=kopf.OperatorSettings()),
-                            timeout=cfg.leader_timing.renew_deadline / 2, limit=4)
-    ns, name = lease_of(cfg)
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="grpo-leader-election", daemon=True)
+        self.thread.start()
+
+    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the elector's loop and wait for it from the calling loop."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+async def on_main_loop(coro: Coroutine[Any, Any, T], main: asyncio.AbstractEventLoop) -> T:
+    """Run `coro` on the operator's loop (where the controller lives) and wait for it from the elector's; cancelling
+    the wait cancels it there too."""
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, main))
+
+
+Elected = tuple[leader.Elector, "asyncio.Task[None]", ElectorThread]
+
+
+async def start(cfg: Settings, controller: Controller, login: Callable[..., Awaitable[Any]]) -> Elected:
+    """The elector, on its own thread and loop (ElectorThread) with its own API session (its requests never wait
+    behind the controller's writes), as the fence of every write. `login` is kopf's (handlers._login);
+    `on_leading` (the re-list) runs on the calling loop, beside the controller."""
+    main = asyncio.get_running_loop()
+    thread = ElectorThread()
 
     async def on_leading() -> None:
-        await start_leading(controller)
+        await on_main_loop(start_leading(controller), main)
 
-    elector = leader.Elector(session, ns, name, timing=cfg.leader_timing, on_leading=on_leading)
-    kube_mod.set_fence(elector.fence)
-    return elector, asyncio.create_task(elector.run(), name="leader-election")
+    async def create() -> tuple[leader.Elector, asyncio.Task[None]]:
+        import kopf
+
+        info = await login(logger=log, settings=kopf.OperatorSettings())
+        session = kube_mod.Kube(info, relogin=lambda: login(logger=log, settings=kopf.OperatorSettings()),
+                                timeout=cfg.leader_timing.renew_deadline / 2, limit=4)
+        ns, name = lease_of(cfg)
+        elector = leader.Elector(session, ns, name, timing=cfg.leader_timing, on_leading=on_leading)
+        return elector, asyncio.get_running_loop().create_task(elector.run(), name="leader-election")
+
+    elector, task = await thread.call(create())
+    kube_mod.set_fence(elector.fence)  # called on the operator's loop: it reads two fields the elector writes
+    return elector, task, thread
 
 
-async def stop(elector: leader.Elector, task: asyncio.Task[None]) -> None:
-    """After the controller stopped (graceful shutdown): stop renewing (and starting to lead) and release the Lease."""
+async def _stop(elector: leader.Elector, task: asyncio.Task[None]) -> None:
     for t in (task, elector.leading_task):
         if t is None:
             continue
@@ -134,3 +173,12 @@ async def stop(elector: leader.Elector, task: asyncio.Task[None]) -> None:
             pass
     await elector.release()
     await elector.kube.close()
+
+
+async def stop(elector: leader.Elector, task: asyncio.Task[None], thread: ElectorThread) -> None:
+    """After the controller stopped (graceful shutdown): stop renewing (and starting to lead), release the Lease, end
+    the elector's thread."""
+    try:
+        await thread.call(_stop(elector, task))
+    finally:
+        thread.close()

@@ -42,21 +42,50 @@ class RefusalIsNotAnError(logging.Filter):
 _REFUSAL_FILTER = RefusalIsNotAnError()
 
 
-REVIEW_THREADS = 2  # reviews validated at once; the rest wait their turn (the API server bounds what is in flight)
+REVIEW_THREADS = 2  # reviews validated at once; the rest wait their turn
+MAX_HELD_REVIEWS = 256  # reviews waiting or validating; past it a review is answered 429 at once
+QUEUE_BUDGET = 5.0  # seconds a review may wait for a worker; one that waited longer is answered 429 unvalidated
+BUSY_CODE = 429
 
 
 class ReviewPool:
-    """Runs review() on a few worker threads, never on the event loop: the loop is shared with the controller and
-    the Lease elector, and a review is CPU work a tenant chooses (its cost is bounded by the validator, its latency
-    here). A loop thread waiting for the GIL gets it within the interpreter's switch interval (5 ms)."""
+    """Runs review() on a few worker threads, never on the event loop: the loop is shared with the controller, and a
+    review is CPU work a tenant chooses (its cost is bounded by the validator, its latency here). The Lease elector
+    renews on its own thread (controller/ha.py).
 
-    def __init__(self, threads: int = REVIEW_THREADS):
+    Load is shed with a fast 429 rather than queued without end: past MAX_HELD_REVIEWS held, or once a review waited
+    QUEUE_BUDGET for a worker (a review the API server may already have given up on is not worth validating: under a
+    flood that work is what makes every later review late too). The API server returns the 429 to the client as the
+    refusal of its write ("retry"); no write is ever admitted unvalidated."""
+
+    def __init__(self, threads: int = REVIEW_THREADS, max_held: int = MAX_HELD_REVIEWS,
+                 queue_budget: float = QUEUE_BUDGET, clock: Callable[[], float] = time.monotonic):
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grpo-review")
+        self.max_held, self.queue_budget, self.clock = max_held, queue_budget, clock
+        self.held = 0
+
+    def busy(self, why: str) -> Review:
+        return Review(False, f"the GRPOJob admission webhook is busy ({why}); retry the request", code=BUSY_CODE,
+                      reason="(busy)")
+
+    def _review_if_in_time(self, queued_at: float, operation: str, new: Optional[dict[str, Any]],
+                           old: Optional[dict[str, Any]], limits: Limits) -> Review:
+        waited = self.clock() - queued_at
+        if waited > self.queue_budget:
+            return self.busy(f"this review waited {waited:.1f} s for a worker")
+        return review(operation, new, old, limits)
 
     async def review(self, operation: str, new: Optional[dict[str, Any]], old: Optional[dict[str, Any]],
                      limits: Limits) -> Review:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, review, operation, new, old, limits)
+        if self.held >= self.max_held:  # only the loop's thread changes `held`: no lock
+            return self.busy(f"{self.held} reviews in progress")
+        self.held += 1
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.executor, self._review_if_in_time, self.clock(), operation, new,
+                                              old, limits)
+        finally:
+            self.held -= 1
 
 
 def register(registry: Any, on_review: Optional[Callable[[str, Review], None]] = None,
