@@ -5,24 +5,23 @@ queue: `Controller.ensure_background` is reached only through an admitted event 
 the Lease, the new leader re-lists every GRPOJob in its scope before acting, so it never acts on a cache older than
 its lease; the pod watch lists the pods before any reconcile (podwatch.py). Losing the Lease ends the process
 (leader.py), so there is no way back from leader to standby with stale state. The elector runs on a thread and event
-loop of its own (ElectorThread): the operator's loop also serves the webhook, whose load a tenant chooses.
+loop of its own: the operator's loop also serves the webhook, whose load a tenant chooses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Optional, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Optional, Protocol
 
 from .. import api
+from ..webhook.loopthread import LoopThread, run_on
 from . import kube as kube_mod
 from . import leader
 from .settings import Settings
 
 log = logging.getLogger("grpo_operator.ha")
-T = TypeVar("T")
 
 
 class Controller(Protocol):
@@ -106,46 +105,20 @@ def lease_of(cfg: Settings) -> tuple[str, str]:
     return ns, name
 
 
-class ElectorThread:
-    """An event loop on its own thread for the elector: the operator's loop also serves the webhook (TLS handshakes,
-    parsing and validating reviews a tenant chooses), and 200 costly reviews in flight there delayed the renewals past
-    the renew deadline (the leader exited). Here a renewal waits only for the GIL, which a busy thread hands over
-    every switch interval (5 ms)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="grpo-leader-election", daemon=True)
-        self.thread.start()
-
-    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run `coro` on the elector's loop and wait for it from the calling loop."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        if not self.thread.is_alive():
-            self.loop.close()
-
-
-async def on_main_loop(coro: Coroutine[Any, Any, T], main: asyncio.AbstractEventLoop) -> T:
-    """Run `coro` on the operator's loop (where the controller lives) and wait for it from the elector's; cancelling
-    the wait cancels it there too."""
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, main))
-
-
-Elected = tuple[leader.Elector, "asyncio.Task[None]", ElectorThread]
+Elected = tuple[leader.Elector, "asyncio.Task[None]", LoopThread]
 
 
 async def start(cfg: Settings, controller: Controller, login: Callable[..., Awaitable[Any]]) -> Elected:
-    """The elector, on its own thread and loop (ElectorThread) with its own API session (its requests never wait
+    """The elector, on its own thread and loop with its own API session (its requests never wait
     behind the controller's writes), as the fence of every write. `login` is kopf's (handlers._login);
     `on_leading` (the re-list) runs on the calling loop, beside the controller."""
     main = asyncio.get_running_loop()
-    thread = ElectorThread()
+    # The operator's loop also serves the webhook (whose load a tenant chooses: 200 costly reviews in flight delayed
+    # the renewals there past the renew deadline, and the leader exited); here a renewal waits only for the GIL.
+    thread = LoopThread("grpo-leader-election")
 
     async def on_leading() -> None:
-        await on_main_loop(start_leading(controller), main)
+        await run_on(start_leading(controller), main)
 
     async def create() -> tuple[leader.Elector, asyncio.Task[None]]:
         import kopf
@@ -175,7 +148,7 @@ async def _stop(elector: leader.Elector, task: asyncio.Task[None]) -> None:
     await elector.kube.close()
 
 
-async def stop(elector: leader.Elector, task: asyncio.Task[None], thread: ElectorThread) -> None:
+async def stop(elector: leader.Elector, task: asyncio.Task[None], thread: LoopThread) -> None:
     """After the controller stopped (graceful shutdown): stop renewing (and starting to lead), release the Lease, end
     the elector's thread."""
     try:

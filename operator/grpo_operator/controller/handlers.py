@@ -381,7 +381,7 @@ def build(cfg: Settings) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, 
     if cfg.webhook_listen:
         from ..webhook import server as webhook
 
-        webhook.register(registry, opmetrics.count_review, cfg.limits)
+        webhook.serve_directly(settings.admission.server, webhook.register(registry, opmetrics.count_review, cfg.limits))
         if cfg.webhook_manage:  # our own writer of the configuration, not kopf's managed mode (webhookconfig.py)
             settings.admission.server = webhookconfig.publishing(settings.admission.server, lambda: controller.kube, cfg)
     return registry, settings, controller

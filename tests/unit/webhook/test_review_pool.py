@@ -58,3 +58,24 @@ async def test_a_review_that_waited_past_its_budget_is_not_validated(monkeypatch
     a, b = await asyncio.gather(first, second)
     assert a.allowed and calls[0] == 1
     assert not b.allowed and b.code == 429 and "waited 6.0 s" in b.message
+
+
+@pytest.mark.asyncio
+async def test_the_served_review_answers_each_admission_review_as_the_api_server_expects() -> None:
+    """Our server answers our reviews without kopf's admission path (which deep-copies every reviewed object, as
+    costly as the review itself for the largest specs): the same decision, as an AdmissionReview response."""
+    import kopf
+
+    from tests.support.admission import review_request, worst_spec
+    from tests.support.jobs import manifest
+
+    serve = webhook_server.register(kopf.OperatorRegistry())
+    ok, bad = review_request(manifest("ok", nodes=1)), review_request(worst_spec("bad"))
+    a, b = await serve(ok), await serve(bad)
+    warnings = webhook.review("CREATE", ok["request"]["object"]).warnings
+    assert a == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                 "response": {"uid": ok["request"]["uid"], "allowed": True, **({"warnings": warnings} if warnings else {})}}
+    expected = webhook.review("CREATE", bad["request"]["object"])
+    assert b["response"]["uid"] == bad["request"]["uid"] and b["response"]["allowed"] is False
+    assert b["response"]["status"] == {"message": expected.message, "code": 422}
+    assert "did you mean 'learningRate'" in expected.message
