@@ -44,10 +44,10 @@ async def run(url: str, cafile: Path, concurrency: int, total: int, worst: bool 
         bodies = [json.dumps(review_request(manifest(f"ok-{i}", nodes=2))) for i in range(50)]
         bodies += [json.dumps(review_request(manifest(f"bad-{i}", gpus=3, per_device=1, num_generations=8))) for i in range(50)]
     lat: list[float] = []
-    denied = failed = 0
+    denied = failed = busy = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=concurrency)) as s:
         async def one(i: int) -> None:
-            nonlocal denied, failed
+            nonlocal denied, failed, busy
             t = time.perf_counter()
             try:
                 async with s.post(url, data=bodies[i % len(bodies)], headers={"Content-Type": "application/json"}) as r:
@@ -57,11 +57,12 @@ async def run(url: str, cafile: Path, concurrency: int, total: int, worst: bool 
                 return
             lat.append(time.perf_counter() - t)
             denied += not data["response"]["allowed"]
+            busy += (data["response"].get("status") or {}).get("code") == 429  # shed by the webhook (also denied)
 
         # warm-up: open the connections
         await asyncio.gather(*(one(i) for i in range(concurrency)))
         lat.clear()
-        denied = failed = 0
+        denied = failed = busy = 0
         sem = asyncio.Semaphore(concurrency)
 
         async def bounded(i: int) -> None:
@@ -74,7 +75,7 @@ async def run(url: str, cafile: Path, concurrency: int, total: int, worst: bool 
     lat.sort()
     q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [float("nan")] * 99
     lat = lat or [float("nan")]
-    return {"requests": total, "concurrency": concurrency, "denied": denied, "failed": failed,
+    return {"requests": total, "concurrency": concurrency, "denied": denied, "busy": busy, "failed": failed,
             "body_kib": len(bodies[0]) // 1024,
             "wall_s": round(wall, 1), "throughput_rps": round(total / wall),
             "p50_ms": round(q[49] * 1000, 2), "p90_ms": round(q[89] * 1000, 2), "p99_ms": round(q[98] * 1000, 2),
