@@ -217,7 +217,10 @@ def _large_reviews_class() -> Any:
                     return await direct(request)
                 return await fn(request, webhook=webhook, headers=headers, sslpeer=sslpeer)
 
-            served: Any = super().__call__(route)  # kopf's generator, driven on the webhook's loop: its site is there
+            # kopf's generator, driven on the webhook's loop (its site lives there). Unwrapped: kopf's context manager
+            # would otherwise remember it and close it at exit from the caller's loop, not the loop it serves on.
+            raw = getattr(kopf.WebhookServer.__call__, "__wrapped__", None)
+            served: Any = raw(self, route) if raw is not None else super().__call__(route)
 
             steps: list[asyncio.Task[Any]] = []
 
