@@ -24,60 +24,30 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
 from grpo_operator.webhook import certs
+from tests.support.admission import review_request, worst_spec
 from tests.support.cluster.controlplane import ControlPlane
 from tests.support.cluster.util import free_port, wait_until
 from tests.support.jobs import manifest
 
 
-def worst_spec(name: str) -> dict:
-    """The costliest GRPOJob the CRD admits to the webhook: every preserved object at its maxProperties (unknown
-    keys spelt like typos of real fields), free-form maps of nested values just inside the validator's depth bound."""
-    from grpo_operator.api import crd
-
-    width = getattr(crd, "MAX_UNKNOWN_PROPERTIES", 64)  # (the same spec against a release without the bound)
-    obj = manifest(name, nodes=2)
-    spec = obj["spec"]
-    deep: object = 1
-    for _ in range(24):
-        deep = {"a": deep}
-    for i in range(width):
-        spec["training"][f"learningRat{i:02d}"] = i  # a typo's "did you mean" is the costly answer
-        spec[f"node{i:02d}"] = i
-    spec["training"]["modelInitKwargs"] = {f"k{i:02d}": deep for i in range(width)}
-    spec["training"]["generationKwargs"] = {f"k{i:02d}": deep for i in range(width)}
-    return obj
-
-
-def review(obj: dict) -> dict:
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": {"group": "grpo.dev", "version": "v1alpha1", "kind": "GRPOJob"},
-        "resource": {"group": "grpo.dev", "version": "v1alpha1", "resource": "grpojobs"},
-        "requestKind": {"group": "grpo.dev", "version": "v1alpha1", "kind": "GRPOJob"},
-        "requestResource": {"group": "grpo.dev", "version": "v1alpha1", "resource": "grpojobs"},
-        "name": obj["metadata"]["name"], "namespace": "default", "operation": "CREATE",
-        "userInfo": {"username": "bench"}, "object": obj, "oldObject": None, "dryRun": False,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
-
-
 async def run(url: str, cafile: Path, concurrency: int, total: int, worst: bool = False) -> dict:
     ctx = ssl.create_default_context(cafile=str(cafile))
     if worst:
-        bodies = [json.dumps(review(worst_spec(f"worst-{i}"))) for i in range(10)]
+        bodies = [json.dumps(review_request(worst_spec(f"worst-{i}"))) for i in range(10)]
     else:
-        bodies = [json.dumps(review(manifest(f"ok-{i}", nodes=2))) for i in range(50)]
-        bodies += [json.dumps(review(manifest(f"bad-{i}", gpus=3, per_device=1, num_generations=8))) for i in range(50)]
+        bodies = [json.dumps(review_request(manifest(f"ok-{i}", nodes=2))) for i in range(50)]
+        bodies += [json.dumps(review_request(manifest(f"bad-{i}", gpus=3, per_device=1, num_generations=8))) for i in range(50)]
     lat: list[float] = []
-    denied = failed = 0
+    denied = failed = busy = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=concurrency)) as s:
         async def one(i: int) -> None:
-            nonlocal denied, failed
+            nonlocal denied, failed, busy
             t = time.perf_counter()
             try:
                 async with s.post(url, data=bodies[i % len(bodies)], headers={"Content-Type": "application/json"}) as r:
@@ -87,11 +57,12 @@ async def run(url: str, cafile: Path, concurrency: int, total: int, worst: bool 
                 return
             lat.append(time.perf_counter() - t)
             denied += not data["response"]["allowed"]
+            busy += (data["response"].get("status") or {}).get("code") == 429  # shed by the webhook (also denied)
 
         # warm-up: open the connections
         await asyncio.gather(*(one(i) for i in range(concurrency)))
         lat.clear()
-        denied = failed = 0
+        denied = failed = busy = 0
         sem = asyncio.Semaphore(concurrency)
 
         async def bounded(i: int) -> None:
@@ -104,7 +75,7 @@ async def run(url: str, cafile: Path, concurrency: int, total: int, worst: bool 
     lat.sort()
     q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [float("nan")] * 99
     lat = lat or [float("nan")]
-    return {"requests": total, "concurrency": concurrency, "denied": denied, "failed": failed,
+    return {"requests": total, "concurrency": concurrency, "denied": denied, "busy": busy, "failed": failed,
             "body_kib": len(bodies[0]) // 1024,
             "wall_s": round(wall, 1), "throughput_rps": round(total / wall),
             "p50_ms": round(q[49] * 1000, 2), "p90_ms": round(q[89] * 1000, 2), "p99_ms": round(q[98] * 1000, 2),

@@ -132,11 +132,12 @@ The reason for each is in docs/install.md ("RBAC").
   resources: ["events"]
   verbs: ["create"]
 {{- if .Values.networkPolicy.perJob }}
-# each job's NetworkPolicy (networkPolicy.perJob): created with its other children, get as for them (owner check);
-# never deleted by the operator: it is owned by the job and garbage-collected with it
+# each job's NetworkPolicy (networkPolicy.perJob): created with its other children, get as for them (owner check),
+# update to put back what render produces when it differs (a new operator configuration, a hand edit); never
+# deleted by the operator: it is owned by the job and garbage-collected with it
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["get", "create"]
+  verbs: ["get", "create", "update"]
 {{- end }}
 {{- end -}}
 

@@ -4,7 +4,8 @@ A standby drops kopf's GRPOJob events (it caches nothing and starts none of the 
 queue: `Controller.ensure_background` is reached only through an admitted event or `start_leading`). On acquiring
 the Lease, the new leader re-lists every GRPOJob in its scope before acting, so it never acts on a cache older than
 its lease; the pod watch lists the pods before any reconcile (podwatch.py). Losing the Lease ends the process
-(leader.py), so there is no way back from leader to standby with stale state.
+(leader.py), so there is no way back from leader to standby with stale state. The elector runs on a thread and event
+loop of its own: the operator's loop also serves the webhook, whose load a tenant chooses.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Optional, Protocol
 
 from .. import api
+from ..webhook.loopthread import LoopThread, run_on
 from . import kube as kube_mod
 from . import leader
 from .settings import Settings
@@ -103,27 +105,37 @@ def lease_of(cfg: Settings) -> tuple[str, str]:
     return ns, name
 
 
-async def start(cfg: Settings, controller: Controller, login: Callable[..., Awaitable[Any]]
-                ) -> tuple[leader.Elector, asyncio.Task[None]]:
-    """The elector, with its own API session (its requests must never wait behind the controller's writes), as the
-    fence of every write. `login` is kopf's (handlers._login)."""
-    import kopf
+Elected = tuple[leader.Elector, "asyncio.Task[None]", LoopThread]
 
-    info = await login(logger=log, settings=kopf.OperatorSettings())
-    session = kube_mod.Kube(info, relogin=lambda: login(logger=log, settings=kopf.OperatorSettings()),
-                            timeout=cfg.leader_timing.renew_deadline / 2, limit=4)
-    ns, name = lease_of(cfg)
+
+async def start(cfg: Settings, controller: Controller, login: Callable[..., Awaitable[Any]]) -> Elected:
+    """The elector, on its own thread and loop with its own API session (its requests never wait
+    behind the controller's writes), as the fence of every write. `login` is kopf's (handlers._login);
+    `on_leading` (the re-list) runs on the calling loop, beside the controller."""
+    main = asyncio.get_running_loop()
+    # The operator's loop also serves the webhook (whose load a tenant chooses: 200 costly reviews in flight delayed
+    # the renewals there past the renew deadline, and the leader exited); here a renewal waits only for the GIL.
+    thread = LoopThread("grpo-leader-election")
 
     async def on_leading() -> None:
-        await start_leading(controller)
+        await run_on(start_leading(controller), main)
 
-    elector = leader.Elector(session, ns, name, timing=cfg.leader_timing, on_leading=on_leading)
-    kube_mod.set_fence(elector.fence)
-    return elector, asyncio.create_task(elector.run(), name="leader-election")
+    async def create() -> tuple[leader.Elector, asyncio.Task[None]]:
+        import kopf
+
+        info = await login(logger=log, settings=kopf.OperatorSettings())
+        session = kube_mod.Kube(info, relogin=lambda: login(logger=log, settings=kopf.OperatorSettings()),
+                                timeout=cfg.leader_timing.renew_deadline / 2, limit=4)
+        ns, name = lease_of(cfg)
+        elector = leader.Elector(session, ns, name, timing=cfg.leader_timing, on_leading=on_leading)
+        return elector, asyncio.get_running_loop().create_task(elector.run(), name="leader-election")
+
+    elector, task = await thread.call(create())
+    kube_mod.set_fence(elector.fence)  # called on the operator's loop: it reads two fields the elector writes
+    return elector, task, thread
 
 
-async def stop(elector: leader.Elector, task: asyncio.Task[None]) -> None:
-    """After the controller stopped (graceful shutdown): stop renewing (and starting to lead) and release the Lease."""
+async def _stop(elector: leader.Elector, task: asyncio.Task[None]) -> None:
     for t in (task, elector.leading_task):
         if t is None:
             continue
@@ -134,3 +146,12 @@ async def stop(elector: leader.Elector, task: asyncio.Task[None]) -> None:
             pass
     await elector.release()
     await elector.kube.close()
+
+
+async def stop(elector: leader.Elector, task: asyncio.Task[None], thread: LoopThread) -> None:
+    """After the controller stopped (graceful shutdown): stop renewing (and starting to lead), release the Lease, end
+    the elector's thread."""
+    try:
+        await thread.call(_stop(elector, task))
+    finally:
+        thread.close()

@@ -43,6 +43,7 @@ from . import metrics as opmetrics
 from .creates import Creator
 from .engine_probe import EngineProbes
 from .expectations import Expectations
+from .netpols import PolicyKeeper
 from .pod_entry import pod_entry
 from .ratelimit import RateLimiter
 from .scraper import ProgressScraper
@@ -113,6 +114,7 @@ class Controller:
         self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0}
         self.gate = ha.Gate(config.leader_elect)  # --leader-elect: a standby acts on nothing (ha.py)
         self.creates = Creator(self, self._sem)  # the create path: render, refusals, 409s (creates.py)
+        self.netpols = PolicyKeeper(config, lambda: self.kube, self._sem)  # a running job's policy kept as rendered
 
     def __copy__(self) -> Controller:
         # kopf shallow-copies the operator's memo for every object it watches (3000 copies at 1000 jobs); the
@@ -140,6 +142,7 @@ class Controller:
         self.stalls.forget(key)
         self.stack_dumps.forget(key)
         opmetrics.forget_job(*key)
+        self.netpols.forget(key)
 
     def ensure_background(self) -> None:
         self.queue.start_resync()
@@ -256,6 +259,8 @@ class Controller:
             await k.delete("GRPOJob", key[0], key[1], propagation="Background", uid=uid)
             return
         await self._send_deletes(key, body, dec, pods)
+        if pods:  # a job with pods: its NetworkPolicy as render produces it now (netpols.py)
+            await self.netpols.keep(key, uid, res)
         if creating and not create_first:
             await self.creates.create_decided(key, body, res, dec)
         if dec.requeue_after is not None:
@@ -384,7 +389,7 @@ def build(cfg: Settings) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, 
     if cfg.webhook_listen:
         from ..webhook import server as webhook
 
-        webhook.register(registry, opmetrics.count_review, cfg.limits)
+        webhook.serve_directly(settings.admission.server, webhook.register(registry, opmetrics.count_review, cfg.limits))
         if cfg.webhook_manage:  # our own writer of the configuration, not kopf's managed mode (webhookconfig.py)
             settings.admission.server = webhookconfig.publishing(settings.admission.server, lambda: controller.kube, cfg)
     return registry, settings, controller

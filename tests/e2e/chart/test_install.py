@@ -227,7 +227,8 @@ ALLOWED_NS = [("list", "grpojobs.grpo.dev"), ("watch", "grpojobs.grpo.dev"), ("d
               ("list", "pods"), ("watch", "pods"), ("get", "pods"), ("create", "pods"), ("delete", "pods"),
               ("get", "services"), ("create", "services"), ("get", "configmaps"), ("create", "configmaps"),
               ("create", "events"),
-              ("get", "networkpolicies.networking.k8s.io"), ("create", "networkpolicies.networking.k8s.io")]
+              ("get", "networkpolicies.networking.k8s.io"), ("create", "networkpolicies.networking.k8s.io"),
+              ("update", "networkpolicies.networking.k8s.io")]
 DENIED_NS = [("get", "secrets"), ("list", "secrets"), ("watch", "secrets"), ("create", "secrets"),
              ("get", "grpojobs.grpo.dev"), ("create", "grpojobs.grpo.dev"), ("update", "grpojobs.grpo.dev"),
              ("patch", "grpojobs.grpo.dev"), ("update", "grpojobs.grpo.dev#status"),
@@ -237,8 +238,8 @@ DENIED_NS = [("get", "secrets"), ("list", "secrets"), ("watch", "secrets"), ("cr
              ("create", "deployments.apps"), ("create", "jobs.batch"), ("create", "serviceaccounts#token"),
              ("create", "roles.rbac.authorization.k8s.io"), ("create", "rolebindings.rbac.authorization.k8s.io"),
              ("create", "persistentvolumeclaims"), ("patch", "events"), ("delete", "events"),
-             ("list", "networkpolicies.networking.k8s.io"), ("update", "networkpolicies.networking.k8s.io"),
-             ("patch", "networkpolicies.networking.k8s.io"), ("delete", "networkpolicies.networking.k8s.io")]
+             ("list", "networkpolicies.networking.k8s.io"), ("patch", "networkpolicies.networking.k8s.io"),
+             ("delete", "networkpolicies.networking.k8s.io")]
 DENIED_CLUSTER = [("list", "nodes"), ("list", "namespaces"), ("create", "clusterroles.rbac.authorization.k8s.io"),
                   ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
                   ("create", "customresourcedefinitions.apiextensions.k8s.io"),

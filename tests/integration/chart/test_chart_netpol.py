@@ -1,6 +1,6 @@
 """The chart's `networkPolicy.perJob` (on by default): the operator is told to create a NetworkPolicy per job, which
 admits the operator's own pods (the namespace and labels the chart passes must select the Deployment's pods), and
-is granted exactly what that needs (get, create on networkpolicies)."""
+is granted exactly what that needs (get, create, update on networkpolicies)."""
 
 from __future__ import annotations
 
@@ -54,10 +54,11 @@ def test_per_job_policies_are_on_by_default_and_admit_the_charts_own_operator_po
     assert matches(peer["podSelector"], dep["spec"]["template"]["metadata"]["labels"])
     # the selector labels, which every replica carries (not podLabels, which a user may change per pod)
     assert peer["podSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
-    # get and create only, in every role the operator gets: never list/watch/update/delete (owner GC removes it)
+    # get, create and update (kept as rendered) only, in every role the operator gets: never list/watch/patch/delete
+    # (owner GC removes it)
     rules = netpol_rules(docs)
     roles = by_kind(docs, "Role" if mode == "namespaced" else "ClusterRole")
-    assert rules == [(roles[0]["kind"], ("networkpolicies",), ("get", "create"))] * (2 if mode == "namespaced" else 1)
+    assert rules == [(roles[0]["kind"], ("networkpolicies",), ("get", "create", "update"))] * (2 if mode == "namespaced" else 1)
 
 
 @pytest.mark.parametrize("helm_bin", HELMS)

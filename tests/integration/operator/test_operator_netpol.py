@@ -5,6 +5,7 @@ created; deleting the job garbage-collects it. Enforcement is not tested: this c
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -94,6 +95,46 @@ def test_a_policy_of_that_name_the_job_does_not_own_keeps_its_pods_from_being_cr
         wait_pods(k, ns, "fj", 1, timeout=60)
         [policy] = policies(k, ns)
         assert policy["metadata"]["ownerReferences"][0]["uid"] == get_job(k, ns, "fj")["metadata"]["uid"]
+    except BaseException:
+        print(op.log(80))
+        raise
+    finally:
+        op.stop()
+
+
+def test_the_job_policy_is_put_back_as_rendered_after_a_hand_edit_and_a_new_operator_configuration(
+        crd, k8s_namespace, tmp_path) -> None:
+    """Issue 27 (Low): the policy was create-only. A hand edit that opened it to everything stayed, and an operator
+    restarted in another namespace left every running job's policy admitting the old one (its probes and scrapes
+    refused). Both are now put back on the same object: at the operator's first pass, and for a hand edit within
+    a few resync periods."""
+    k, ns = crd.kubectl, k8s_namespace
+    fast = {**OPERATOR_ENV, "GRPO_RESYNC_SECONDS": "2"}  # the live policy is re-read every 5 resyncs: 10 s
+    op = OperatorProcess(crd.kubeconfig, tmp_path / "op0", "--namespace", ns, env=fast).start()
+    try:
+        k.apply(manifest("npk", nodes=1), "-n", ns)
+        wait_pods(k, ns, "npk", 1)
+        [policy] = wait_until(lambda: policies(k, ns), 30, 0.2, what="the job's NetworkPolicy")
+        k("patch", "networkpolicy", "npk-ingress", "-n", ns, "--type=merge", "-p",
+          json.dumps({"spec": {"ingress": [{}]}, "metadata": {"labels": {"extra": "kept"}}}))  # admits everything
+        assert policies(k, ns)[0]["spec"]["ingress"] == [{}]
+        [back] = wait_until(lambda: [p for p in policies(k, ns) if p["spec"] == policy["spec"]], 60, 0.5,
+                            what="the edited policy put back as rendered")
+        assert back["metadata"]["uid"] == policy["metadata"]["uid"] and back["metadata"]["labels"]["extra"] == "kept"
+        rv = back["metadata"]["resourceVersion"]
+
+        op.stop()
+        moved = {**fast, "GRPO_OPERATOR_NAMESPACE": "grpo-moved"}
+        op = OperatorProcess(crd.kubeconfig, tmp_path / "op1", "--namespace", ns, env=moved).start()
+
+        def operator_namespace() -> str:
+            peer = policies(k, ns)[0]["spec"]["ingress"][1]["from"][0]
+            return peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+
+        wait_until(lambda: operator_namespace() == "grpo-moved", 60, 0.5, what="the policy admitting the new namespace")
+        [moved_policy] = policies(k, ns)
+        assert moved_policy["metadata"]["uid"] == policy["metadata"]["uid"]  # the same object, replaced in place
+        assert int(moved_policy["metadata"]["resourceVersion"]) > int(rv)
     except BaseException:
         print(op.log(80))
         raise
