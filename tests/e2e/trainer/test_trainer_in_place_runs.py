@@ -33,8 +33,10 @@ class Agent:
         self.proc = start(cmd, **env)
         self.out: list[str] = []
         self.err: list[str] = []
-        for stream, buf in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
-            threading.Thread(target=lambda s=stream, b=buf: b.extend(s), daemon=True).start()
+        self.readers = [threading.Thread(target=lambda s=stream, b=buf: b.extend(s), daemon=True)
+                        for stream, buf in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for t in self.readers:
+            t.start()
 
     def finish(self, timeout: float) -> Run:
         try:
@@ -42,7 +44,8 @@ class Agent:
         except Exception:
             kill_group(self.proc)
             self.proc.wait()
-        time.sleep(0.2)  # the reader threads drain the closed pipes
+        for t in self.readers:  # they drain the pipes, closed once every process holding them exited
+            t.join(timeout=30)
         return Run(self.proc.returncode, "".join(self.out), "".join(self.err), time.monotonic() - self.t0)
 
 

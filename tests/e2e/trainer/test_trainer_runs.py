@@ -1,7 +1,8 @@
 """Real GRPO runs of `python -m grpo_trainer` on CPU with the tiny example model (offline, under timeouts).
 
-Single process, 2 processes under the torchrun wrapper, 2 "nodes" (two agents, c10d on loopback), TRL's in-pod
-batch error, custom reward import, bad inputs before any training.
+Single process, 2 processes under the torchrun wrapper, TRL's in-pod batch error, custom reward import, bad inputs
+before any training. Two "nodes" (two agents, c10d on loopback, the pods' command line) train in
+test_trainer_in_place_runs.py, through a worker killed and restarted in place.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import pytest
 
 from grpo_trainer import exitcodes as ec
-from tests.support.trainer import finish, free_port, launch_cmd, run, start, trainer_cmd
+from tests.support.trainer import launch_cmd, run, trainer_cmd
 
 pytestmark = pytest.mark.slow
 
@@ -48,22 +49,6 @@ def test_two_processes_torchrun(tiny_config, tmp_path):
     assert sorted(p.name for p in (tmp_path / "out" / "checkpoint-4").glob("rng_state_*.pth")) == \
         ["rng_state_0.pth", "rng_state_1.pth"]
     print(f"2 processes: {r.wall:.1f}s")
-
-
-def test_two_nodes_c10d_on_loopback(tiny_config, tmp_path):
-    cfg = tiny_config(training_kw={"num_generations": 4, "max_steps": 4})
-    port = free_port()
-    agents = [start(launch_cmd(cfg, "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(i),
-                               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-                               "--rdzv-id", "two-nodes", "--rdzv-conf", "join_timeout=60", "--max-restarts", "0"))
-              for i in range(2)]
-    runs = [finish(a, timeout=240) for a in agents]
-    assert [r.returncode for r in runs] == [0, 0], runs
-    # c10d may give global rank 0 to either agent: exactly one of them reports progress, every step once.
-    reporting = [r for r in runs if r.progress]
-    assert len(reporting) == 1 and [p["step"] for p in reporting[0].progress] == [1, 2, 3, 4], runs
-    assert (tmp_path / "out" / "checkpoint-4" / "trainer_state.json").exists()
-    print(f"2 nodes: {max(r.wall for r in runs):.1f}s")
 
 
 def test_trl_batch_error_under_torchrun_is_permanent_and_matches_grpojob_check(tiny_config, tmp_path):
