@@ -49,6 +49,8 @@ OP_IMAGE=$OP_REPO:$APP_VERSION
 # archive, also carries the default name so that a CPU node runs jobs without spec.image.
 if [ "$VARIANT" = cuda ]; then TRAINER_IMAGE=$TRAINER_DEFAULT; else TRAINER_IMAGE=$TRAINER_DEFAULT-cpu; fi
 ARCH=${GRPO_IMAGE_ARCH:-$(dpkg --print-architecture)}
+# The CUDA lock downloads and installs ~10x the CPU one's bytes (nvidia-* libraries, vLLM's CUDA kernels).
+BUD_TIMEOUT=1800; [ "$VARIANT" = cuda ] && BUD_TIMEOUT=5400
 
 # --- Debian packages (once; apt-get update only when something is missing)
 PKGS="mmdebstrap buildah runc debian-archive-keyring ca-certificates python3"
@@ -185,7 +187,7 @@ build_one() {  # build_one NAME DOCKERFILE IMAGE BASEKIND ALIAS -- BUILDARG...
   fi
   if [ -n "$WHEELS_DIR" ]; then binds+=(-v "$WHEELS_DIR:/mnt:ro"); args+=(--build-arg PIP_FIND_LINKS=/mnt); fi
   for a in "$@"; do args+=(--build-arg "$a"); done
-  timeout 1800 buildah --root "$BROOT/storage" --runroot "$BROOT/run" --storage-driver overlay \
+  timeout "$BUD_TIMEOUT" buildah --root "$BROOT/storage" --runroot "$BROOT/run" --storage-driver overlay \
     bud --network host --layers --format oci --pull=false \
     --build-arg "BASE_IMAGE=$base_ref" "${args[@]}" "${binds[@]}" \
     -f "$ctx/$dockerfile" -t "$image" "$ctx" >"$LOGS/$name.log" 2>&1 \

@@ -1,7 +1,9 @@
 """Shared fixtures (tests/support, as plugins) and the tier markers.
 
 Every test gets the marker of its tier folder — unit, integration or e2e — so one tier runs with either
-`pytest tests/unit` or `pytest -m unit` (docs/testing.md).
+`pytest tests/unit` or `pytest -m unit` (docs/testing.md). Tests marked `cuda_image` (the CUDA trainer image: a
+build of ~10x the CPU image's bytes) run only when a `-m` expression names that marker: any other command,
+scripts/test.sh's included, deselects them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pytest
 pytest_plugins = ["tests.support.cluster.fixtures", "tests.support.operator", "tests.support.trainer"]
 
 TIERS = ("unit", "integration", "e2e")
+OPT_IN = "cuda_image"
 _HERE = Path(__file__).resolve().parent
 
 
@@ -24,3 +27,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+    if OPT_IN not in (config.getoption("markexpr") or ""):
+        drop = [i for i in items if i.get_closest_marker(OPT_IN)]
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = [i for i in items if not i.get_closest_marker(OPT_IN)]
