@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 from grpo_operator.render import manifests
 from grpo_operator.rules import validation
 from tests.support.cluster.controlplane import ControlPlane
-from tests.support.cluster.util import cpu_seconds, rss_bytes
+from tests.support.cluster.util import cpu_seconds, free_port, rss_bytes
 from tests.support.jobs import manifest
 
 CONCURRENCY = 64
@@ -175,6 +175,24 @@ async def with_operator(c: Client, ns: str, n: int, nodes: int) -> float:
     return (await timed(c, ns, n, nodes, work))[0]
 
 
+async def _started(op: subprocess.Popen, health: str) -> None:
+    """Until the operator answers on its liveness endpoint (kopf serves it once the operator runs: imports, login and
+    the watch of its namespace done). An earlier version slept 3 s: on a busy machine, or on a fresh clone compiling
+    its .pyc files, the operator was still starting then, and its start-up CPU counted as the jobs'."""
+    async with aiohttp.ClientSession() as s:
+        for _ in range(1200):
+            if op.poll() is not None:
+                raise RuntimeError(f"the operator exited with {op.returncode} before it started")
+            try:
+                async with s.get(health, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    if r.status == 200:
+                        return
+            except (TimeoutError, aiohttp.ClientError):
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError("the operator did not start within 120 s")
+
+
 async def run_operator(cp: ControlPlane, c: Client, args: argparse.Namespace, n: int, ns: str,
                        tree: Optional[Path]) -> dict:
     """Start the operator (this checkout's, or `tree`'s operator/ package), time N jobs through it, stop it."""
@@ -183,10 +201,12 @@ async def run_operator(cp: ControlPlane, c: Client, args: argparse.Namespace, n:
     env = {**cp.env, "GRPO_RESYNC_SECONDS": "300"}
     if tree is not None:
         env["PYTHONPATH"] = str(tree / "operator")
+    health = f"http://127.0.0.1:{free_port()}/healthz"
     op = subprocess.Popen([sys.executable, *prof, "grpo_operator.cli.grpo_operator", "--namespace", ns,
-                           "--log-level", "WARNING"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+                           "--log-level", "WARNING", "--liveness", health], env=env, stdout=log,
+                          stderr=subprocess.STDOUT, cwd=REPO)
     try:
-        await asyncio.sleep(3)  # operator started and watching
+        await _started(op, health)
         rss0 = rss_bytes(op.pid) or 0
         cpu0 = cpu_seconds(op.pid)
         t_op = await with_operator(c, ns, n, args.nodes)
