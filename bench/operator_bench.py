@@ -30,7 +30,8 @@ from typing import Optional
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
-from grpo_operator.render import manifests
+from grpo_operator.controller import kube
+from grpo_operator.render import job as render_job
 from grpo_operator.rules import validation
 from tests.support.cluster.controlplane import ControlPlane
 from tests.support.cluster.util import cpu_seconds, free_port, rss_bytes
@@ -154,8 +155,11 @@ async def floor(c: Client, ns: str, n: int, nodes: int) -> tuple[float, float]:
     async def one(i: int) -> None:
         job = await c.create_job(ns, f"j{i}", nodes)
         res = validation.validate(job)
-        objs = manifests.render(res.job, res.topology, ns, uid=job["metadata"]["uid"])
-        await asyncio.gather(*(c.req("POST", f"/api/v1/namespaces/{ns}/{o['kind'].lower()}s", o) for o in objs))
+        # the operator's own renderer (with its defaults: no download pod without spec.cache, no NetworkPolicy
+        # unless GRPO_JOB_NETWORK_POLICY), so that both sides create the same objects
+        objs = render_job.render(res.job, res.topology, ns, uid=job["metadata"]["uid"])
+        await asyncio.gather(*(c.req("POST", kube.path_for(o["kind"], ns, api_version=o["apiVersion"]), o)
+                               for o in objs))
         await c.req("PATCH", f"/apis/grpo.dev/v1alpha1/namespaces/{ns}/grpojobs/j{i}/status",
                     {"status": {"phase": "Pending", "restarts": 0,
                                 "conditions": [{"type": "Created", "status": "True", "reason": "Created",
