@@ -197,6 +197,23 @@ async def _started(op: subprocess.Popen, health: str) -> None:
     raise RuntimeError("the operator did not start within 120 s")
 
 
+COUNTED = {"passes": "grpo_operator_reconcile_duration_seconds_count",
+           "status_writes": "grpo_operator_status_writes_total"}
+
+
+async def _counters(url: str) -> dict[str, float]:
+    """Reconcile passes and status writes so far, from the operator's /metrics: what it did per job, a figure the
+    machine's load does not move (its CPU per job, it does)."""
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        text = await r.text()
+    out = dict.fromkeys(COUNTED, 0.0)
+    for line in text.splitlines():
+        for what, name in COUNTED.items():
+            if line.startswith(name) and not line.startswith("#"):
+                out[what] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
 async def run_operator(cp: ControlPlane, c: Client, args: argparse.Namespace, n: int, ns: str,
                        tree: Optional[Path]) -> dict:
     """Start the operator (this checkout's, or `tree`'s operator/ package), time N jobs through it, stop it."""
@@ -205,16 +222,17 @@ async def run_operator(cp: ControlPlane, c: Client, args: argparse.Namespace, n:
     env = {**cp.env, "GRPO_RESYNC_SECONDS": "300"}
     if tree is not None:
         env["PYTHONPATH"] = str(tree / "operator")
-    health = f"http://127.0.0.1:{free_port()}/healthz"
+    health, metrics = f"http://127.0.0.1:{free_port()}/healthz", f"127.0.0.1:{free_port()}"
     op = subprocess.Popen([sys.executable, *prof, "grpo_operator.cli.grpo_operator", "--namespace", ns,
-                           "--log-level", "WARNING", "--liveness", health], env=env, stdout=log,
-                          stderr=subprocess.STDOUT, cwd=REPO)
+                           "--log-level", "WARNING", "--liveness", health, "--metrics-listen", metrics], env=env,
+                          stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     try:
         await _started(op, health)
         rss0 = rss_bytes(op.pid) or 0
         cpu0 = cpu_seconds(op.pid)
         t_op = await with_operator(c, ns, n, args.nodes)
         cpu = cpu_seconds(op.pid) - cpu0
+        counts = await _counters(f"http://{metrics}/metrics")
         await asyncio.sleep(1)
         rss = rss_bytes(op.pid) or 0
         await asyncio.sleep(args.settle)  # kopf's per-object workers end after batching.idle_timeout
@@ -223,6 +241,7 @@ async def run_operator(cp: ControlPlane, c: Client, args: argparse.Namespace, n:
         op.terminate()
         op.wait(20)
     return {"operator_s": round(t_op, 3), "operator_cpu_ms_per_job": round(cpu * 1000 / n, 2),
+            **{f"{what}_per_job": round(v / n, 2) for what, v in counts.items()},
             "operator_rss_mb_idle": round(rss0 / 2**20, 1), "operator_rss_mb": round(rss / 2**20, 1),
             f"operator_rss_mb_after_{args.settle:g}s": round(rss_settled / 2**20, 1)}
 
