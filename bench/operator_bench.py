@@ -1,6 +1,6 @@
 """Operator throughput against a local real API server (kube-apiserver 1.20.2 + etcd, tests/support/cluster).
 
-    .venv/bin/python -m bench.operator_bench --jobs 1 100 1000 [--nodes 2]
+    .venv/bin/python -m bench.operator_bench --jobs 1 100 1000 [--nodes 2] [--trees OTHER_CHECKOUT ...] [--rounds R]
 
 For each N, in the same control plane:
   floor     a plain asyncio client creates the same objects (N jobs, then per job ConfigMap, Service,
@@ -25,17 +25,33 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
-from grpo_operator.render import manifests
+from grpo_operator.controller import kube
+from grpo_operator.render import job as render_job
 from grpo_operator.rules import validation
 from tests.support.cluster.controlplane import ControlPlane
-from tests.support.cluster.util import cpu_seconds, rss_bytes
+from tests.support.cluster.util import cpu_seconds, free_port, rss_bytes
 from tests.support.jobs import manifest
 
 CONCURRENCY = 64
+# --profile: the operator under cProfile, timed by CPU time (wall time would count the other processes' turns on the
+# shared cores); the stats are written when it exits (SIGTERM: kopf stops, run_module returns)
+PROFILED = """import cProfile, runpy, sys, time
+p = cProfile.Profile(time.process_time)
+sys.argv = ["grpo-operator", *sys.argv[2:]]
+p.enable()
+try:
+    runpy.run_module("grpo_operator.cli.grpo_operator", run_name="__main__")
+except SystemExit:
+    pass
+finally:
+    p.disable()
+    p.dump_stats({path!r})
+"""
 
 
 class Client:
@@ -139,8 +155,11 @@ async def floor(c: Client, ns: str, n: int, nodes: int) -> tuple[float, float]:
     async def one(i: int) -> None:
         job = await c.create_job(ns, f"j{i}", nodes)
         res = validation.validate(job)
-        objs = manifests.render(res.job, res.topology, ns, uid=job["metadata"]["uid"])
-        await asyncio.gather(*(c.req("POST", f"/api/v1/namespaces/{ns}/{o['kind'].lower()}s", o) for o in objs))
+        # the operator's own renderer (with its defaults: no download pod without spec.cache, no NetworkPolicy
+        # unless GRPO_JOB_NETWORK_POLICY), so that both sides create the same objects
+        objs = render_job.render(res.job, res.topology, ns, uid=job["metadata"]["uid"])
+        await asyncio.gather(*(c.req("POST", kube.path_for(o["kind"], ns, api_version=o["apiVersion"]), o)
+                               for o in objs))
         await c.req("PATCH", f"/apis/grpo.dev/v1alpha1/namespaces/{ns}/grpojobs/j{i}/status",
                     {"status": {"phase": "Pending", "restarts": 0,
                                 "conditions": [{"type": "Created", "status": "True", "reason": "Created",
@@ -160,44 +179,97 @@ async def with_operator(c: Client, ns: str, n: int, nodes: int) -> float:
     return (await timed(c, ns, n, nodes, work))[0]
 
 
+async def _started(op: subprocess.Popen, health: str) -> None:
+    """Until the operator answers on its liveness endpoint (kopf serves it once the operator runs: imports, login and
+    the watch of its namespace done). An earlier version slept 3 s: on a busy machine, or on a fresh clone compiling
+    its .pyc files, the operator was still starting then, and its start-up CPU counted as the jobs'."""
+    async with aiohttp.ClientSession() as s:
+        for _ in range(1200):
+            if op.poll() is not None:
+                raise RuntimeError(f"the operator exited with {op.returncode} before it started")
+            try:
+                async with s.get(health, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    if r.status == 200:
+                        return
+            except (TimeoutError, aiohttp.ClientError):
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError("the operator did not start within 120 s")
+
+
+COUNTED = {"passes": "grpo_operator_reconcile_duration_seconds_count",
+           "status_writes": "grpo_operator_status_writes_total"}
+
+
+async def _counters(url: str) -> dict[str, float]:
+    """Reconcile passes and status writes so far, from the operator's /metrics: what it did per job, a figure the
+    machine's load does not move (its CPU per job, it does)."""
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        text = await r.text()
+    out = dict.fromkeys(COUNTED, 0.0)
+    for line in text.splitlines():
+        for what, name in COUNTED.items():
+            if line.startswith(name) and not line.startswith("#"):
+                out[what] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+async def run_operator(cp: ControlPlane, c: Client, args: argparse.Namespace, n: int, ns: str,
+                       tree: Optional[Path]) -> dict:
+    """Start the operator (this checkout's, or `tree`'s operator/ package), time N jobs through it, stop it."""
+    log = open(f"/tmp/grpo-operator-bench-{ns}.log", "w")
+    prof = ["-c", PROFILED.format(path=args.profile.format(n=n, ns=ns))] if args.profile else ["-m"]
+    env = {**cp.env, "GRPO_RESYNC_SECONDS": "300"}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree / "operator")
+    health, metrics = f"http://127.0.0.1:{free_port()}/healthz", f"127.0.0.1:{free_port()}"
+    op = subprocess.Popen([sys.executable, *prof, "grpo_operator.cli.grpo_operator", "--namespace", ns,
+                           "--log-level", "WARNING", "--liveness", health, "--metrics-listen", metrics], env=env,
+                          stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        await _started(op, health)
+        rss0 = rss_bytes(op.pid) or 0
+        cpu0 = cpu_seconds(op.pid)
+        t_op = await with_operator(c, ns, n, args.nodes)
+        cpu = cpu_seconds(op.pid) - cpu0
+        counts = await _counters(f"http://{metrics}/metrics")
+        await asyncio.sleep(1)
+        rss = rss_bytes(op.pid) or 0
+        await asyncio.sleep(args.settle)  # kopf's per-object workers end after batching.idle_timeout
+        rss_settled = rss_bytes(op.pid) or 0
+    finally:
+        op.terminate()
+        op.wait(20)
+    return {"operator_s": round(t_op, 3), "operator_cpu_ms_per_job": round(cpu * 1000 / n, 2),
+            **{f"{what}_per_job": round(v / n, 2) for what, v in counts.items()},
+            "operator_rss_mb_idle": round(rss0 / 2**20, 1), "operator_rss_mb": round(rss / 2**20, 1),
+            f"operator_rss_mb_after_{args.settle:g}s": round(rss_settled / 2**20, 1)}
+
+
 async def main_async(args: argparse.Namespace) -> list[dict]:
     results = []
+    trees: list[Optional[Path]] = [None, *args.trees]
     with ControlPlane(authorization_mode="AlwaysAllow", controller_manager=False) as cp:
         cp.kubectl("apply", "--validate=false", "-f", str(REPO / "crds" / "grpo.dev_grpojobs.yaml"))
         time.sleep(2)
         c = Client(cp)
         try:
-            for n in args.jobs:
-                ns_f, ns_o = f"floor-{n}", f"op-{n}"
-                cp.ensure_namespace(ns_f)
-                cp.ensure_namespace(ns_o)
-                t_floor, t_floor_requests = await floor(c, ns_f, n, args.nodes)
-                log = open(f"/tmp/grpo-operator-bench-{n}.log", "w")
-                op = subprocess.Popen([sys.executable, "-m", "grpo_operator.cli.grpo_operator", "--namespace", ns_o,
-                                       "--log-level", "WARNING"],
-                                      env={**cp.env, "GRPO_RESYNC_SECONDS": "300"}, stdout=log,
-                                      stderr=subprocess.STDOUT, cwd=REPO)
-                try:
-                    await asyncio.sleep(3)  # operator started and watching
-                    rss0 = rss_bytes(op.pid) or 0
-                    cpu0 = cpu_seconds(op.pid)
-                    t_op = await with_operator(c, ns_o, n, args.nodes)
-                    cpu = cpu_seconds(op.pid) - cpu0
-                    await asyncio.sleep(1)
-                    rss = rss_bytes(op.pid) or 0
-                    await asyncio.sleep(args.settle)  # kopf's per-object workers end after batching.idle_timeout
-                    rss_settled = rss_bytes(op.pid) or 0
-                finally:
-                    op.terminate()
-                    op.wait(20)
-                r = {"jobs": n, "nodes_per_job": args.nodes, "objects_per_job": 2 + args.nodes,
-                     "floor_s": round(t_floor, 3), "floor_requests_s": round(t_floor_requests, 3),
-                     "operator_s": round(t_op, 3), "ratio": round(t_op / t_floor, 2),
-                     "operator_cpu_ms_per_job": round(cpu * 1000 / n, 2),
-                     "operator_rss_mb_idle": round(rss0 / 2**20, 1), "operator_rss_mb": round(rss / 2**20, 1),
-                     f"operator_rss_mb_after_{args.settle:g}s": round(rss_settled / 2**20, 1)}
-                print(json.dumps(r), flush=True)
-                results.append(r)
+            for rnd in range(args.rounds):
+                for n in args.jobs:
+                    ns_f = f"floor-{n}-{rnd}"
+                    cp.ensure_namespace(ns_f)
+                    t_floor, t_floor_requests = await floor(c, ns_f, n, args.nodes)
+                    # alternate the trees' order from round to round: the later run finds a larger etcd
+                    for tree in (trees if rnd % 2 == 0 else trees[::-1]):
+                        ns_o = f"op-{n}-{rnd}-{trees.index(tree)}"
+                        cp.ensure_namespace(ns_o)
+                        r = {"jobs": n, "round": rnd, "tree": str(tree or REPO), "nodes_per_job": args.nodes,
+                             "objects_per_job": 2 + args.nodes, "floor_s": round(t_floor, 3),
+                             "floor_requests_s": round(t_floor_requests, 3),
+                             **await run_operator(cp, c, args, n, ns_o, tree)}
+                        r["ratio"] = round(r["operator_s"] / t_floor, 2)
+                        print(json.dumps(r), flush=True)
+                        results.append(r)
         finally:
             await c.close()
     return results
@@ -207,6 +279,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--jobs", type=int, nargs="+", default=[1, 100, 1000])
     p.add_argument("--nodes", type=int, default=2)
+    p.add_argument("--profile", help="run the operator under cProfile, stats to this path ({n}: the N, {ns}: the "
+                   "namespace)")
+    p.add_argument("--trees", type=Path, nargs="*", default=[],
+                   help="other checkouts (or `git archive` extracts) whose operator/ also runs, side by side, after "
+                        "this one's on the same N (before/after comparisons in one run)")
+    p.add_argument("--rounds", type=int, default=1, help="repeat the whole sequence (the trees alternate order)")
     p.add_argument("--settle", type=float, default=20, help="seconds after the run to measure RSS again")
     asyncio.run(main_async(p.parse_args()))
 

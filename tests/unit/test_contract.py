@@ -58,7 +58,7 @@ def test_every_exit_code_constant_is_classified_named_and_documented() -> None:
 
 def test_rendered_pods_and_config_speak_the_contract() -> None:
     res = validation.validate(manifest("job", nodes=2))
-    objs = manifests.render(res.job, res.topology, "ns", uid="u", attempt=3)
+    objs = manifests.core_objects(res.job, res.topology, "ns", uid="u", attempt=3)
     pod = next(o for o in objs if o["kind"] == "Pod")
     labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
     assert labels[contract.LABEL_ROLE] == contract.ROLE_TRAINER and labels[contract.LABEL_RANK] == "0"

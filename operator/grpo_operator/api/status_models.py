@@ -137,6 +137,11 @@ def parse_lenient(model: type[M], doc: Any) -> M:
     dropped and the rest kept; a nested object that lacks a required field is dropped whole (a condition without a
     valid status). Anything but a mapping reads as empty. The fields the document held are the model's fields set
     (model_fields_set), so a dump with exclude_unset writes back what was there."""
+    if isinstance(doc, dict):
+        try:  # the common case, a valid document: validation copies what it keeps, so no copy of ours first
+            return model.model_validate(doc)
+        except ValidationError:
+            pass
     data = _plain(doc) if isinstance(doc, Mapping) else {}
     for _ in range(_ROUNDS):
         try:

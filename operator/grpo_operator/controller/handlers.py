@@ -111,6 +111,7 @@ class Controller:
         self.group_ends = RateLimiter(END_KUEUE_GROUP_RESEND_SECONDS)
         self.failed_create_events = RateLimiter(refused.EVENT_WINDOW)
         self.refused_creates: dict[Key, str] = {}  # the last refused create's message per job (refused.py)
+        self._passed: dict[Key, tuple[Any, Any]] = {}  # (uid, resourceVersion) the job's last pass started from
         self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0}
         self.gate = ha.Gate(config.leader_elect)  # --leader-elect: a standby acts on nothing (ha.py)
         self.creates = Creator(self, self._sem)  # the create path: render, refusals, 409s (creates.py)
@@ -125,6 +126,16 @@ class Controller:
     def kick(self, key: Key) -> None:
         self.queue.kick(key)
 
+    def kick_changed(self, key: Key) -> None:
+        """A job's watch event: a pass, unless one already started from the version cached now. Our own status write's
+        event is such a version (its response was cached, and the pods' events usually kick a pass before the event
+        arrives): a pass on it would decide from what a pass already decided from. Everything else that feeds a
+        decision (pods, timers, probes, the resync) kicks on its own."""
+        body = self.jobs.get(key)
+        meta = (body or {}).get("metadata") or {}
+        if body is None or self._passed.get(key) != (meta.get("uid"), meta.get("resourceVersion")):
+            self.kick(key)
+
     def kick_later(self, key: Key, delay: float) -> None:
         self.queue.kick_later(key, delay)
 
@@ -134,6 +145,7 @@ class Controller:
     def forget(self, key: Key) -> None:
         self.jobs.pop(key, None)
         self._vcache.pop(key, None)
+        self._passed.pop(key, None)
         self.queue.forget(key)
         self.expectations.forget(key)
         self.progress.forget(key)
@@ -220,6 +232,7 @@ class Controller:
     async def _pass(self, key: Key, body: dict[str, Any]) -> None:
         """Decide, then write the status, send the deletes, create (in that order)."""
         uid = (body.get("metadata") or {}).get("uid", "")
+        self._passed[key] = (uid, (body.get("metadata") or {}).get("resourceVersion"))
         res = self._validate(key, body)
         view = lifecycle.JobView.from_body(body, res)
         view.create_refused = self.refused_creates.get(key)

@@ -32,6 +32,7 @@ class ControllerLike(Protocol):
     def forget(self, key: tuple[str, str]) -> None: ...
     def observe_job(self, body: dict[str, Any]) -> tuple[str, str]: ...
     def kick(self, key: tuple[str, str]) -> None: ...
+    def kick_changed(self, key: tuple[str, str]) -> None: ...
 
 
 async def _login(**kwargs: Any) -> Any:
@@ -80,7 +81,7 @@ def register(registry: kopf.OperatorRegistry, controller: ControllerLike) -> Non
             await controller.release_deleted_job(key, raw)
             return
         controller.observe_job(raw)
-        controller.kick(key)
+        controller.kick_changed(key)  # no pass for a version a pass already started from (our own write's)
 
 
 class NoDiffBase(kopf.DiffBaseStorage):

@@ -372,13 +372,14 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
     return [service, pod]
 
 
-def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
+def core_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
            image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
            metrics_port: int = DEFAULT_METRICS_PORT, kueue_group: Optional[str] = None,
            kueue_server_group: Optional[str] = None, cpu_image: Optional[str] = None,
            max_restarts: Optional[int] = None) -> list[dict[str, Any]]:
     """The job's own objects, in creation order: ConfigMap, Services, the PodGroup of spec.scheduling.gang, pods.
-    render/job.py render() adds spec.cache's download pod: that one is what the operator and `grpojob render` call.
+    Not everything the operator creates: render/job.py's render() adds spec.cache's download pod and the job's
+    NetworkPolicy, and that one is what the operator, `grpojob render` and the operator bench call.
 
     `metrics_port`: the trainer's Prometheus port (config JSON progress.metricsPort and the pods' `metrics`
     containerPort); 0 turns the trainer's metrics, and with them status.progress, off. `kueue_group`: under Kueue,

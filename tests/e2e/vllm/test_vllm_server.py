@@ -51,7 +51,7 @@ def rendered(port: int) -> tuple[dict, dict, dict]:
     res = validation.validate(job_doc(port))
     assert res.valid, res.errors
     assert any("spec.vllm.mode is server but the trainer pods request no GPU" in w for w in res.warnings)
-    objs = manifests.render(res.job, res.topology, "default")
+    objs = manifests.core_objects(res.job, res.topology, "default")
     pod = next(o for o in objs if o["kind"] == "Pod" and o["metadata"]["labels"]["grpo.dev/role"] == "vllm-server")
     service = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == "srv-vllm")
     cm = next(o for o in objs if o["kind"] == "ConfigMap")
@@ -85,7 +85,7 @@ def test_sized_server_argv_is_trl_vllm_serve_command_with_its_extra_args():
     doc["spec"]["vllm"]["server"].update(maxModelLen=512, enablePrefixCaching=True, extraArgs=["--max-num-seqs", "8"])
     res = validation.validate(doc)
     assert res.valid, res.errors
-    pod = next(o for o in manifests.render(res.job, res.topology, "default")
+    pod = next(o for o in manifests.core_objects(res.job, res.topology, "default")
                if o["kind"] == "Pod" and o["metadata"]["labels"]["grpo.dev/role"] == "vllm-server")
     c = pod["spec"]["containers"][0]
     trl = build_command(ScriptArguments(model=str(TINY_MODEL), port=8011, gpu_memory_utilization=SERVER_UTILIZATION,

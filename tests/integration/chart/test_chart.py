@@ -440,7 +440,7 @@ def test_service_monitor_and_pod_monitor() -> None:
            "spec": {"model": "m", "dataset": {"name": "d"}, "rewards": [{"name": "accuracy"}],
                     "resources": {"limits": {"nvidia.com/gpu": 1}}}}
     res = validation.validate(job)
-    pod = [o for o in manifests.render(res.job, res.topology, "ns") if o["kind"] == "Pod"][0]
+    pod = [o for o in manifests.core_objects(res.job, res.topology, "ns") if o["kind"] == "Pod"][0]
     assert all(pod["metadata"]["labels"].get(k) == v for k, v in pm["spec"]["selector"]["matchLabels"].items())
     assert "metrics" in {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
     assert _env(by_kind(docs, "Deployment")[0])["GRPO_PROGRESS_INTERVAL_SECONDS"] == "5"

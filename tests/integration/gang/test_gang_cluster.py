@@ -65,7 +65,7 @@ def test_rendered_pod_groups_are_stored_as_rendered(pod_group_crds: Any, kubectl
     scheduling.update({"scheduleTimeoutSeconds": 60} if gang == "coscheduling" else {"queue": "research"})
     res = validation.validate(job_body("pg", k8s_namespace, scheduling=scheduling))
     assert res.valid, res.summary()
-    objs = manifests.render(res.job, res.topology, k8s_namespace)
+    objs = manifests.core_objects(res.job, res.topology, k8s_namespace)
     pg = next(o for o in objs if o["kind"] == "PodGroup")
     assert objs.index(pg) < min(i for i, o in enumerate(objs) if o["kind"] == "Pod")  # created before the pods
     kubectl.create(pg, validate=False)

@@ -166,7 +166,7 @@ def test_a_started_job_that_todays_rules_refuse_keeps_its_pods(crd, kubectl, k8s
     job = get_job(k, ns, "old")
     res = validation.validate({key: job[key] for key in ("apiVersion", "kind", "metadata", "spec")})
     assert not res.valid and res.job is not None and res.topology is not None
-    pods = [o for o in manifests.render(res.job, res.topology, ns, uid=job["metadata"]["uid"]) if o["kind"] == "Pod"]
+    pods = [o for o in manifests.core_objects(res.job, res.topology, ns, uid=job["metadata"]["uid"]) if o["kind"] == "Pod"]
     k.apply(pods, "-n", ns)
     for p in pods:
         pod_running(k, ns, p["metadata"]["name"])

@@ -175,3 +175,39 @@ async def test_each_completed_pass_is_counted_per_job_until_the_job_is_forgotten
     assert passes("counted") == 2 and passes("another") is None
     c.forget(("ns", "counted"))
     assert passes("counted") is None
+
+
+@pytest.mark.asyncio
+async def test_the_watch_event_of_a_version_a_pass_started_from_kicks_no_pass() -> None:
+    """Finding (issue 29, item 7): the watch event of the operator's own status write kicked a pass on a version
+    whose write response was already cached and decided from (the pods' events kick a pass first): a third pass per
+    new job in the operator bench, decide() and all. A version no pass started from (a user's edit) still kicks."""
+    c = handlers.Controller(Settings(namespaces=["ns"]))
+    first = job_body("j", nodes=2)
+    first["metadata"]["resourceVersion"] = "7"
+    written = job_body("j", nodes=2)
+    written["metadata"]["resourceVersion"] = "8"  # the response of this pass's status write
+    k = Kube(written, conflict=False)
+    c.kube, c.pods = k, Pods([pod_body("j", 0), pod_body("j", 1)])  # type: ignore[assignment]
+    key = c.observe_job(first)
+    kicked: list[Any] = []
+
+    def kick(key: Any) -> None:
+        kicked.append(key)
+
+    c.kick = kick  # type: ignore[method-assign]
+    c.kick_changed(key)
+    assert kicked == [key]  # a version no pass started from
+    await c.reconcile(key)  # decides from 7, writes the status, caches the response: 8
+    assert k.status_writes and c.jobs[key]["metadata"]["resourceVersion"] == "8"
+    c.kick_changed(key)  # the write's own event, before any pass on 8: a pass
+    assert kicked == [key, key]
+    await c.reconcile(key)  # the pass on 8 (the pods' kick in the operator)
+    c.observe_job(written)
+    c.kick_changed(key)  # 8's event after it: nothing new to decide from
+    assert kicked == [key, key]
+    edited = job_body("j", nodes=2)
+    edited["metadata"]["resourceVersion"] = "9"
+    c.observe_job(edited)
+    c.kick_changed(key)
+    assert kicked == [key, key, key]

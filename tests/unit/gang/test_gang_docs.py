@@ -41,7 +41,7 @@ def rendered(mode: str, attempt: int) -> list[dict[str, Any]]:
                                                       else {"queue": "research"})}
     res = validation.validate(doc)
     assert res.valid, res.summary()
-    return manifests.render(res.job, res.topology, "team-a", uid=UID, attempt=attempt,
+    return manifests.core_objects(res.job, res.topology, "team-a", uid=UID, attempt=attempt,
                             kueue_group=podgroup.kueue_group_name("qwen7b-math", UID, 0) if mode == "kueue" else None)
 
 

@@ -103,13 +103,13 @@ def test_render_puts_the_server_and_the_trainers_in_two_groups() -> None:
     group counts the trainers (a group Kueue admits only once all of its total-count pods exist)."""
     res = validation.validate(body())
     assert res.valid and res.job is not None and res.topology is not None, res.summary()
-    pods = [o for o in manifests.render(res.job, res.topology, "ns", uid=UID) if o["kind"] == "Pod"]
+    pods = [o for o in manifests.core_objects(res.job, res.topology, "ns", uid=UID) if o["kind"] == "Pod"]
     groups = {p["metadata"]["name"]: (p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL],
                                       p["metadata"]["annotations"][g.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION]) for p in pods}
     assert groups == {"job-vllm-0": (SERVER_GROUP, "1"), "job-node-0": (TRAINER_GROUP, "2"),
                       "job-node-1": (TRAINER_GROUP, "2")}
     assert all(p["metadata"]["labels"][g.KUEUE_QUEUE_LABEL] == "team-a" for p in pods)  # one queue, two Workloads
-    again = manifests.render(res.job, res.topology, "ns", uid=UID, attempt=2, kueue_group=TRAINER_GROUP,
+    again = manifests.core_objects(res.job, res.topology, "ns", uid=UID, attempt=2, kueue_group=TRAINER_GROUP,
                              kueue_server_group=SERVER_GROUP)
     assert {p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL] for p in again if p["kind"] == "Pod"} == {
         SERVER_GROUP, TRAINER_GROUP}  # replacements join the lifecycle's groups

@@ -79,7 +79,7 @@ def render(body: dict[str, Any], **kw: Any) -> tuple[Any, list[dict[str, Any]]]:
     """Every object of the job, as the operator and `grpojob render` make them."""
     res = validation.validate(body)
     assert res.valid, res.summary()
-    return res.job, manifests.render(res.job, res.topology, "ns", uid=body["metadata"]["uid"], **kw)
+    return res.job, manifests.core_objects(res.job, res.topology, "ns", uid=body["metadata"]["uid"], **kw)
 
 
 def rendered(body: dict[str, Any], **kw: Any) -> tuple[Any, list[dict[str, Any]]]:

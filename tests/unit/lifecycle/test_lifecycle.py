@@ -344,7 +344,7 @@ def test_suspended_at_creation_creates_nothing() -> None:
 def test_kueue_label_passes_to_pods() -> None:
     body = job_body("job", nodes=1, uid=UID, labels={"kueue.x-k8s.io/queue-name": "team-a"})
     res = validation.validate({k: body[k] for k in ("apiVersion", "kind", "metadata", "spec")})
-    objs = manifests.render(res.job, res.topology, "ns", uid=UID)
+    objs = manifests.core_objects(res.job, res.topology, "ns", uid=UID)
     pods = [o for o in objs if o["kind"] == "Pod"]
     assert pods and all(p["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" for p in pods)
 

@@ -222,7 +222,7 @@ def test_local_progress_bar_shows_throughput_and_eta() -> None:
 # ------------------------------------------------------------------------------------------ manifests
 def test_manifests_expose_the_metrics_port() -> None:
     res = validation.validate(manifest("m", nodes=2))
-    objs = manifests.render(res.job, res.topology, "ns", uid="u")
+    objs = manifests.core_objects(res.job, res.topology, "ns", uid="u")
     cfg = json.loads(objs[0]["data"]["config.json"])
     assert cfg["progress"] == {"enabled": True, "metricsPort": 9400}
     pods = [o for o in objs if o["kind"] == "Pod"]
@@ -232,7 +232,7 @@ def test_manifests_expose_the_metrics_port() -> None:
         assert p["metadata"]["annotations"]["prometheus.io/port"] == "9400"
         assert p["metadata"]["labels"]["app.kubernetes.io/name"] == "grpo-trainer"  # what the PodMonitor selects
         assert p["spec"]["automountServiceAccountToken"] is False  # the trainer needs no credentials
-    off = manifests.render(res.job, res.topology, "ns", uid="u", metrics_port=0)
+    off = manifests.core_objects(res.job, res.topology, "ns", uid="u", metrics_port=0)
     assert json.loads(off[0]["data"]["config.json"])["progress"]["metricsPort"] == 0
     assert all(len(o["spec"]["containers"][0]["ports"]) == 1 for o in off if o["kind"] == "Pod")
 

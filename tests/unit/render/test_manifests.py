@@ -33,7 +33,7 @@ def job_doc(name="job", nodes=1, gpus=4, mode="colocate", tp=1, **spec_extra):
 def render(doc, namespace="team-a", uid="0b4b6f6e-8c1e-4a61-9f55-2c3f4f0e9b11"):
     res = validation.validate(doc)
     assert res.valid, res.summary()
-    return manifests.render(res.job, res.topology, namespace, uid=uid)
+    return manifests.core_objects(res.job, res.topology, namespace, uid=uid)
 
 
 names = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,120}[a-z0-9])?", fullmatch=True).filter(
@@ -60,7 +60,7 @@ def test_every_accepted_spec_renders_valid_kubernetes_objects(name, nodes, gpus,
             else:
                 assert e.field.startswith(("spec.training", "spec.vllm")), res.summary()
         return
-    objs = manifests.render(res.job, res.topology, "ns-1", uid="uid-1")
+    objs = manifests.core_objects(res.job, res.topology, "ns-1", uid="uid-1")
     for obj in objs:
         for version in K8S_VERSIONS:
             kubernetes_validate.validate(obj, version, strict=True)

@@ -18,7 +18,7 @@ from tests.unit.render.test_render_vllm import job as vllm_job
 def pods_of(body: dict, attempt: int) -> list[dict]:
     res = validation.validate(body)
     assert res.valid and res.job is not None and res.topology is not None, res.summary()
-    objs = manifests.render(res.job, res.topology, "ns", uid="uid-1", attempt=attempt)
+    objs = manifests.core_objects(res.job, res.topology, "ns", uid="uid-1", attempt=attempt)
     return [o for o in objs if o["kind"] == "Pod"]
 
 

@@ -109,7 +109,7 @@ def test_without_cache_nothing_changes():
     with_cache = validated(job_doc())
     without = validated(job_doc(None))
     assert initializer.render_initializer(without.job, "ns") == []
-    objs = manifests.render(without.job, without.topology, "ns", uid="u")
+    objs = manifests.core_objects(without.job, without.topology, "ns", uid="u")
     env = _env(next(o for o in objs if o["kind"] == "Pod")["spec"]["containers"][0])
     assert env["HF_HOME"]["value"] == "/tmp/hf-home" and not set(cache.OFFLINE_ENV) & set(env)
     # the same job with the cache differs only by the cache's volume, mounts and env, and the token it no longer needs

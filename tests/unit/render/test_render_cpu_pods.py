@@ -23,7 +23,7 @@ def cpu_job(nodes: int = 2, nproc: int = 1, resources: dict | None = None) -> di
 def trainer_env(doc: dict) -> dict:
     res = validation.validate(doc)
     assert res.valid, res.summary()
-    objs = manifests.render(res.job, res.topology, "ns", uid="u")
+    objs = manifests.core_objects(res.job, res.topology, "ns", uid="u")
     pod = next(o for o in objs if o["kind"] == "Pod")
     for version in ("1.29", "1.37"):
         kubernetes_validate.validate(pod, version, strict=True)

@@ -38,7 +38,7 @@ def test_server_mode_with_cpu_trainers_is_valid_with_a_warning_naming_the_fix():
 
 def pod_of(doc: dict, role: str) -> dict:
     res = validation.validate(doc)
-    return next(o for o in manifests.render(res.job, res.topology, "ns")
+    return next(o for o in manifests.core_objects(res.job, res.topology, "ns")
                 if o["kind"] == "Pod" and o["metadata"]["labels"]["grpo.dev/role"] == role)
 
 

@@ -25,7 +25,7 @@ def server_pod(d: dict) -> dict:
 
     res = validation.validate(d)
     assert res.valid, res.errors
-    objs = manifests.render(res.job, res.topology, "ns")
+    objs = manifests.core_objects(res.job, res.topology, "ns")
     return next(o for o in objs if o["kind"] == "Pod" and o["metadata"]["labels"]["grpo.dev/role"] == "vllm-server")
 
 

@@ -61,7 +61,7 @@ def test_reserved_volume_names_and_mount_paths_are_refused_and_match_the_rendere
     job = manifest("plain", gpus=4)
     res = validation.validate(job)
     assert res.valid and res.job is not None and res.topology is not None
-    pod = next(o for o in manifests.render(res.job, res.topology, "ns") if o["kind"] == "Pod")
+    pod = next(o for o in manifests.core_objects(res.job, res.topology, "ns") if o["kind"] == "Pod")
     names = {v["name"] for v in pod["spec"]["volumes"]}
     paths = {m["mountPath"] for c in pod["spec"]["containers"] for m in c.get("volumeMounts") or []}
     assert names <= set(validation.RESERVED_VOLUMES)

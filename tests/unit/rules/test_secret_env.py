@@ -39,7 +39,7 @@ def test_a_secret_reference_an_empty_value_and_look_alikes_pass() -> None:
     from grpo_operator.render import manifests
 
     assert res.job is not None and res.topology is not None
-    pod = next(o for o in manifests.render(res.job, res.topology, "ns") if o["kind"] == "Pod")
+    pod = next(o for o in manifests.core_objects(res.job, res.topology, "ns") if o["kind"] == "Pod")
     got = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
     assert got["WANDB_API_KEY"] == env[0]  # by reference only: the key itself is in no object the operator writes
 
