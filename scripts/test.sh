@@ -9,4 +9,5 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISA
 # test.sh installed the control-plane binaries above: a missing one is a failure here, not a skip.
 export GRPO_TEST_REQUIRE_CLUSTER=1
 export PATH="$PWD/.venv/bin:$PWD/.tools/bin:$PATH"
-exec .venv/bin/python -m pytest -ra "$@"
+# --durations: the slowest tests in every log (CI has a time limit; docs/testing.md)
+exec .venv/bin/python -m pytest -ra --durations=25 "$@"
