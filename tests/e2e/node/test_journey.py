@@ -4,6 +4,8 @@
   → an invalid spec refused by `kubectl apply` through that webhook
   → a 2-node CPU GRPOJob with a shared PVC: pods scheduled, run the CPU trainer image, rendezvous by c10d through
     the headless Service's DNS, train the tiny model; `kubectl get grpojobs` shows STEP and REWARD moving
+  → the other pod's worker process SIGKILLed (its container stays) → both agents restart their workers in place:
+    the same pods (uids) resume from the checkpoint, status.inPlaceRestarts 1, nothing recreated
   → the rank-0 container's process SIGKILLed (from the host on our node, as an OOM kill would) → gang restart →
     the new pods resume from the checkpoint on the PVC, the step continues → Succeeded → `kubectl delete` → no child
   → a job whose image does not exist: a condition with the kubelet's reason
@@ -125,6 +127,8 @@ def test_journey_train_kill_resume_succeed_delete(release: User) -> None:
     wait_for(moving, 240, 1.0, what="STEP to take two values with a REWARD in kubectl get grpojobs")
     user.kubectl("get", "grpojobs", "-n", NS, "-o", "wide")
 
+    rank0_pod = restart_in_place(user, pods, rank0_pod, other)
+
     # a checkpoint on the PVC before the kill (a step past saveSteps is logged after that checkpoint is written),
     # and work left after it
     def past_checkpoint() -> int | None:
@@ -200,6 +204,50 @@ def test_journey_train_kill_resume_succeed_delete(release: User) -> None:
     TIMINGS["delete_to_no_children_s"] = time.monotonic() - t
     user.kubectl("get", "pods,services,configmaps", "-n", NS)
     tr.note("timings: " + json.dumps({k: round(v, 2) for k, v in TIMINGS.items()}))
+
+
+def restart_in_place(user: User, pods: list[dict[str, Any]], rank0_pod: str, other: str) -> str:
+    """SIGKILL of the other pod's worker process (not its container) after a checkpoint: both torchrun agents restart
+    their workers inside the same pods (runPolicy.restartPolicy InPlace, the default), which resume from the latest
+    checkpoint; the operator counts it in status.inPlaceRestarts and recreates nothing. Returns rank 0's pod now (a
+    new rendezvous round may give rank 0 to the other pod)."""
+    tr, node = user.transcript, user.node
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+
+    def past_checkpoint() -> int | None:
+        recs = progress_records(logs(user, rank0_pod))
+        return recs[-1]["step"] if recs and recs[-1]["step"] > SAVE_STEPS else None
+
+    killed_at = wait_for(past_checkpoint, 300, 0.3, what=f"a step past checkpoint-{SAVE_STEPS}")
+    tr.note(f"SIGKILL of {other}'s worker process (its container and pod stay) at step {killed_at}")
+    t_kill_wall = time.time()
+    tr.write(f"killed: {user.node.kill_worker_processes(NS, other, 'trainer')}")
+
+    def resumed() -> tuple[str, dict[str, Any]] | None:
+        s = job_status(user, "tiny")
+        if s.get("restarts", 0) or s.get("phase") == "Failed":
+            raise AssertionError(f"not restarted in place: {json.dumps(s)[:3000]}")
+        for n in uids:
+            recs = [r for r in progress_records(logs(user, n)) if r["timestamp"] > t_kill_wall]
+            if recs:
+                return n, recs[0]
+        return None
+
+    new_rank0, first = wait_for(resumed, 300, 0.3, what="the first step after the restart in place")
+    TIMINGS["in_place_kill_to_resumed_step_s"] = first["timestamp"] - t_kill_wall
+    tr.note(f"restarted in place: first step {first['step']} in {new_rank0} "
+            f"{TIMINGS['in_place_kill_to_resumed_step_s']:.1f} s after the kill")
+    assert (first["step"] - 1) % SAVE_STEPS == 0 and first["step"] - 1 >= SAVE_STEPS, (first, killed_at)
+    st = wait_for(lambda: (lambda s: s if s.get("inPlaceRestarts") else None)(job_status(user, "tiny")), 120, 0.5,
+                  what="status.inPlaceRestarts")
+    assert st["inPlaceRestarts"] == 1 and not st.get("restarts"), st
+    now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods_of(user, "tiny", 0)}
+    assert now == uids, (now, uids)  # the same pods: nothing was recreated
+    assert not pods_of(user, "tiny", 1)
+    if not node.external:
+        assert all(node.container_host_pid(NS, n, "trainer") for n in uids)  # the same containers still run
+    user.kubectl("describe", "grpojob", "tiny", "-n", NS)
+    return new_rank0
 
 
 def test_a_missing_image_gets_the_kubelets_reason(release: User) -> None:

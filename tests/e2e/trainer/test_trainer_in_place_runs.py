@@ -18,6 +18,7 @@ import pytest
 
 from grpo_operator.lifecycle import progress as progress_mod
 from grpo_operator.render import manifests
+from tests.support.node import children_with_rank
 from tests.support.trainer import PROGRESS, Run, free_port, kill_group, start
 
 pytestmark = pytest.mark.slow
@@ -49,24 +50,7 @@ class Agent:
         return Run(self.proc.returncode, "".join(self.out), "".join(self.err), time.monotonic() - self.t0)
 
 
-def workers_of(pid: int) -> dict[int, str]:
-    """The launcher's child processes → their RANK (torchrun's workers)."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if ppid != pid:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"RANK" in env:
-            out[int(entry)] = env[b"RANK"].decode()
-    return out
+workers_of = children_with_rank  # the launcher's child processes → their RANK (torchrun's workers)
 
 
 def wait_for(what: str, check, agents: list[Agent], timeout: float = 300):
