@@ -35,7 +35,7 @@ TERMINAL = (Phase.SUCCEEDED, Phase.FAILED)
 
 # status.conditions[].type: one per phase but Pending, plus Created (the pods exist), Unschedulable, Queued (Kueue
 # holds the pods at its admission gate, docs/scheduling.md) and the conditions below
-# (tests/unit/test_vocabulary.py: no condition type or reason is defined anywhere else)
+# (tests/unit/api/test_vocabulary.py: no condition type or reason is defined anywhere else)
 class ConditionType(_Str):
     """status.conditions[].type (tests/unit/api checks one per phase but Pending)."""
 
