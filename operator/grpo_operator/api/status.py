@@ -33,8 +33,9 @@ class Phase(_Str):
 TERMINAL = (Phase.SUCCEEDED, Phase.FAILED)
 
 
-# status.conditions[].type: one per phase but Pending, plus Created (the pods exist), Unschedulable and Queued (Kueue
-# holds the pods at its admission gate, docs/scheduling.md)
+# status.conditions[].type: one per phase but Pending, plus Created (the pods exist), Unschedulable, Queued (Kueue
+# holds the pods at its admission gate, docs/scheduling.md) and the conditions below
+# (tests/unit/api/test_vocabulary.py: no condition type or reason is defined anywhere else)
 class ConditionType(_Str):
     """status.conditions[].type (tests/unit/api checks one per phase but Pending)."""
 
@@ -56,12 +57,16 @@ class ConditionType(_Str):
     # no step past the job's stall deadline, or one rank's heartbeat frozen (lifecycle/stall.py); the reason names the
     # phase it hung in (StallReason), False once steps move again
     STALLED = "Stalled"
+    # spec.cache: True once the download pod staged the model and dataset into the cache (lifecycle/staging.py);
+    # False, reason Staging or StagingRetry, while it downloads
+    STAGED = "Staged"
 
 
 class Reason(_Str):
     """status.conditions[].reason (and Event reasons) the lifecycle sets itself. A failure's reason
     (status.lastFailureReason) is one of the failure reasons below, a trainer exit code by name
-    (grpo_trainer.contract.EXIT_REASONS, e.g. DatasetError), or the pod's own reason (Evicted, ...)."""
+    (grpo_trainer.contract.EXIT_REASONS, e.g. DatasetError), a signal that killed the pod (signal_reason), or the pod's
+    own reason (Evicted, ...)."""
 
     # Rejected
     INVALID_SPEC = "InvalidSpec"
@@ -97,9 +102,29 @@ class Reason(_Str):
     STALLED = "Stalled"
     # an in-place gang restart (runPolicy.restartPolicy InPlace): the Event's reason
     RESTARTED_IN_PLACE = "RestartedInPlace"
+    # spec.cache, the Staged condition (and its Events; a failed download's reason is the pod's): the download pod
+    # runs, it succeeded, a retryable failure waits for its backoff. NotNeeded: staging's decision for a job with
+    # nothing to download (it sets no condition)
+    STAGING = "Staging"
+    STAGED = "Staged"
+    STAGING_RETRY = "StagingRetry"
+    NOT_NEEDED = "NotNeeded"
+    # vLLM server mode (lifecycle/server_order.py): the Running condition while the trainers wait for the server, the
+    # server's failures (status.lastFailureReason), a kept server's engine probe and its replacement (an Event too)
+    WAITING_FOR_VLLM_SERVER = "WaitingForVllmServer"
+    VLLM_SERVER_STARTUP_TIMEOUT = "VllmServerStartupTimeout"
+    VLLM_SERVER_FAILED = "VllmServerFailed"
+    VLLM_SERVER_WEDGED = "VllmServerWedged"
+    VLLM_SERVER_KEPT = "VllmServerKept"
     # Events only
     TTL_EXPIRED = "TTLExpired"
     FORCE_DELETED = "ForceDeleted"
+    POD_GROUP_NOT_CREATED = "PodGroupNotCreated"  # the gang scheduler's PodGroup CRD is missing or not granted
+
+
+def signal_reason(signal: int) -> str:
+    """A failure's reason when a signal killed the pod's container (the kubelet's terminated.signal): Signal<N>."""
+    return f"Signal{signal}"
 
 
 def listing(values: type[_Str]) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Optional, Protocol
 
 from .. import api, lifecycle
+from ..api.status import Reason
 from ..render import job as render_job
 from ..render import manifests, pod_template
 from ..rules import validation
@@ -138,7 +139,7 @@ class Creator:
                    f"(chart: rbac.podGroups=true); the pods are created once it exists")
             log.warning("%s/%s: %s", ns, key[1], why)
             if job is not None and self.pod_group_events.allow((ns, name)):
-                c.events.record(job, lifecycle.JobEvent("Warning", "PodGroupNotCreated", why))
+                c.events.record(job, lifecycle.JobEvent("Warning", Reason.POD_GROUP_NOT_CREATED, why))
             c.kick_later(key, POD_GROUP_RETRY_SECONDS)
             return False
         try:

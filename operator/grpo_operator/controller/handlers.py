@@ -34,7 +34,7 @@ import kopf
 
 from .. import lifecycle
 from ..api import gang as gang_names
-from ..api.status import Phase
+from ..api.status import Phase, Reason
 from ..lifecycle import progress as progress_mod
 from ..render import manifests
 from ..rules import validation
@@ -339,7 +339,7 @@ class Controller:
                 sends.append(self._delete_pod(ns, pod, uids.get(pod)))
         for pod, why in dec.force_delete_pods:  # decide() repeats these until the pod is gone: one event per send
             if self.force_deletes.allow((ns, pod), now):
-                self.events.record(body, lifecycle.JobEvent("Warning", "ForceDeleted", why))
+                self.events.record(body, lifecycle.JobEvent("Warning", Reason.FORCE_DELETED, why))
                 sends.append(self._delete_pod(ns, pod, uids.get(pod), grace_seconds=0))
         for pod in dec.end_kueue_groups:  # decide() repeats these until the pods show the annotation
             if self.group_ends.allow((ns, pod), now):

@@ -10,6 +10,7 @@ import logging
 from typing import Any, Optional, Protocol
 
 from .. import lifecycle
+from ..api.status import Reason
 from . import kube
 from .ratelimit import RateLimiter
 
@@ -45,4 +46,4 @@ def note(controller: _Controller, key: tuple[str, str], name: str, message: str,
     log.warning("%s/%s: %s", key[0], key[1], message)
     controller.refused_creates[key] = message[:MESSAGE_LIMIT]
     if controller.failed_create_events.allow((key[0], name)):
-        controller.events.record(job, lifecycle.JobEvent("Warning", "FailedCreate", message[:MESSAGE_LIMIT]))
+        controller.events.record(job, lifecycle.JobEvent("Warning", Reason.FAILED_CREATE, message[:MESSAGE_LIMIT]))

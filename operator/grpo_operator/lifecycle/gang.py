@@ -24,10 +24,6 @@ from ..api import gang as g
 NONE, KUEUE, COSCHEDULING, VOLCANO = "none", "kueue", g.GANG_COSCHEDULING, g.GANG_VOLCANO
 MODES = (NONE, KUEUE, COSCHEDULING, VOLCANO)
 
-# A status condition: True while Kueue holds the pods of the current attempt gated (waiting for quota).
-C_QUEUED = "Queued"
-
-
 @dataclass(frozen=True)
 class GangFacts:
     """What the gang rules read from one pod (summarized once from its body)."""

@@ -82,19 +82,28 @@ def scheduling(draft: Draft, current: list[PodInfo]) -> tuple[list[PodInfo], lis
     return unschedulable, gated
 
 
+def pending_message(head: str, current: list[PodInfo], unschedulable: list[PodInfo], gated: list[str],
+                    group: str = "the pod group") -> str:
+    """`head`, and why the pods wait: the first unschedulable pod's scheduler message, Kueue's gate (on `group`), or
+    the first waiting pod's kubelet reason (the trainers' Pending here, the vLLM server's in server_wait.py)."""
+    waiting = [p for p in current if p.waiting]
+    if unschedulable:
+        return f"{head}; unschedulable: {unschedulable[0].unschedulable}"
+    if gated:
+        return f"{head}; queued: waiting for Kueue to admit {group}"
+    if waiting:
+        return f"{head}; {waiting[0].name}: {waiting[0].waiting}"
+    return head
+
+
 def _pending(draft: Draft, current: list[PodInfo], unschedulable: list[PodInfo], gated: list[str]) -> None:
     """Pending, and why: unschedulable, queued, or the kubelet's waiting reason (also the Running condition's)."""
     attempt = draft.pods.attempt
     draft.status.phase = Phase.PENDING
     waiting = [p for p in current if p.waiting]
     running = sum(1 for p in current if p.phase in (PodPhase.RUNNING, PodPhase.SUCCEEDED))
-    message = f"{running}/{len(draft.expected)} pod(s) running (attempt {attempt})"
-    if unschedulable:
-        message += f"; unschedulable: {unschedulable[0].unschedulable}"
-    elif gated:
-        message += "; queued: waiting for Kueue to admit the pod group"
-    elif waiting:
-        message += f"; {waiting[0].name}: {waiting[0].waiting}"
+    message = pending_message(f"{running}/{len(draft.expected)} pod(s) running (attempt {attempt})", current,
+                              unschedulable, gated)
     draft.status.message = message
     if waiting and not unschedulable:
         # The kubelet's own reason (ErrImagePull, ImagePullBackOff, ErrImageNeverPull, CreateContainerConfigError…)

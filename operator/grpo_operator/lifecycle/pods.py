@@ -12,7 +12,7 @@ from typing import Any, Optional
 from grpo_trainer import contract
 
 from .. import api
-from ..api.status import Reason
+from ..api.status import Reason, signal_reason
 from ..render import manifests
 from .conditions import parse_time
 from .gang import GangFacts
@@ -174,7 +174,7 @@ def classify(pod: PodInfo) -> Optional[Failure]:
     if pod.container_reason == "OOMKilled":
         return Failure(True, Reason.OOM_KILLED, f"pod {pod.name} was OOM-killed (exit {pod.exit_code}){detail}")
     if pod.signal:
-        return Failure(True, f"Signal{pod.signal}", f"pod {pod.name} was killed by signal {pod.signal}{detail}")
+        return Failure(True, signal_reason(pod.signal), f"pod {pod.name} was killed by signal {pod.signal}{detail}")
     if pod.exit_code is not None and pod.exit_code != contract.OK:
         return exit_failure(pod.name, pod.exit_code, detail)
     reason = pod.reason or Reason.POD_FAILED

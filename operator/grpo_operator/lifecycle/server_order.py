@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .. import api
+from ..api.status import Reason
 from . import gang as gang_rules
 from .pods import Failure, PodInfo, PodPhase, classify, summarize_pod
 
@@ -58,12 +59,12 @@ PROCEED = "Proceed"  # nothing server-specific to do: decide() as in colocate mo
 RESTART_TRAINERS = "RestartTrainers"  # delete the trainers only; the server stays
 RESTART_ALL = "RestartAll"  # delete the server and the trainers; the next attempt starts with the server
 
-# Condition/Event reasons (status.lastFailureReason for the failures).
-WAITING_FOR_SERVER = "WaitingForVllmServer"
-SERVER_STARTUP_TIMEOUT = "VllmServerStartupTimeout"
-SERVER_FAILED = "VllmServerFailed"
-SERVER_WEDGED = "VllmServerWedged"
-SERVER_KEPT = "VllmServerKept"
+# Condition/Event reasons (status.lastFailureReason for the failures): api/status.py's, by the names the order uses
+WAITING_FOR_SERVER = Reason.WAITING_FOR_VLLM_SERVER
+SERVER_STARTUP_TIMEOUT = Reason.VLLM_SERVER_STARTUP_TIMEOUT
+SERVER_FAILED = Reason.VLLM_SERVER_FAILED
+SERVER_WEDGED = Reason.VLLM_SERVER_WEDGED
+SERVER_KEPT = Reason.VLLM_SERVER_KEPT
 
 
 @dataclass(frozen=True)

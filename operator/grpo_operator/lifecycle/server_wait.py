@@ -21,7 +21,7 @@ from . import server_keep
 from . import server_order as so
 from .conditions import fmt_time
 from .draft import Draft
-from .phase import scheduling
+from .phase import pending_message, scheduling
 from .pods import ROLE_TRAINER, ROLE_VLLM, PodInfo
 from .restart import restart_for
 
@@ -72,14 +72,8 @@ def _create_servers(draft: Draft, missing: list[str]) -> None:
 def _waiting(draft: Draft, d: so.ServerDecision) -> None:
     """Pending, and why: the server's own state (unschedulable, an image pull) when it has one."""
     unschedulable, gated = scheduling(draft, draft.current)
-    message = f"{d.message} (attempt {draft.pods.attempt})"
-    waiting = [p for p in draft.current if p.waiting]
-    if unschedulable:
-        message += f"; unschedulable: {unschedulable[0].unschedulable}"
-    elif gated:
-        message += "; queued: waiting for Kueue to admit the vLLM server's pod group"
-    elif waiting:
-        message += f"; {waiting[0].name}: {waiting[0].waiting}"
+    message = pending_message(f"{d.message} (attempt {draft.pods.attempt})", draft.current, unschedulable, gated,
+                              "the vLLM server's pod group")
     draft.status.phase = Phase.PENDING
     draft.status.message = message
     draft.set(ConditionType.RUNNING, "False", d.reason or so.WAITING_FOR_SERVER, message)

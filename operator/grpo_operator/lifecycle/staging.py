@@ -3,10 +3,11 @@ passed in). `stage` is decide()'s step (lifecycle/decision.py) before create_pod
 through render() (the controller creates the job's ConfigMap first: the initializer reads the config); the trainer
 and vLLM pods only on PROCEED.
 
-    decide_staging(job, pod, condition, now=…, retries=…) → StagingDecision
+    decide_staging(job, pod, condition, now=…, policy=…, retries=…) → StagingDecision
         job        the GRPOJob
         pod        the observed initializer pod (PodInfo, role `initializer`, name render.initializer.pod_name) or None
-        condition  the job's current `Staged` condition (a dict from status.conditions) or None
+        condition  the job's current `Staged` condition (api.Condition) or None
+        policy     the operator's Policy: a retry waits its restart backoff (GRPO_BACKOFF_BASE_SECONDS/_CAP_SECONDS)
         retries    staging retries so far (status.stagingRetries; bounded by runPolicy.backoffLimit)
         progress   the download pod's last GRPO_STAGE record (parse_record; the controller scrapes it from the pod's
                    /progress), for the message while it downloads
@@ -23,8 +24,9 @@ Rules:
 - pod Failed, permanent (exit 18 HubAccessDenied, 19 HubNotFound, 10 ConfigError, …): FAIL the job with the pod's
   reason and the Hub's message (the termination message). Never an endless Pending.
 - pod Failed, retryable (202 TransientIOError after the pod's own retries, eviction, node lost, a signal): RETRY —
-  delete the pod, recreate it after base·2^retries s (capped) — until `retries` reaches runPolicy.backoffLimit, then
-  FAIL with the last reason.
+  delete the pod, recreate it after the gang restart's backoff (draft.backoff_seconds with the operator's Policy:
+  GRPO_BACKOFF_BASE_SECONDS·2^(retries-1) s, capped) — until `retries` reaches runPolicy.backoffLimit, then FAIL with
+  the last reason.
 """
 
 from __future__ import annotations
@@ -37,19 +39,14 @@ from typing import Any, Optional
 from grpo_trainer import contract
 
 from .. import api
-from ..api.status import Phase
+from ..api.status import ConditionType, Phase, Reason
 from ..render import cache as render_cache
 from ..render import initializer as render_initializer
 from .conditions import fmt_time, parse_time
-from .draft import Draft, JobEvent
+from .draft import Draft, JobEvent, Policy, backoff_seconds
 from .pods import PodInfo, PodPhase, classify
 from .terminal import fail
 
-CONDITION = "Staged"  # status.conditions[].type (True once the cache holds what the job needs)
-REASON_STAGING = "Staging"
-REASON_STAGED = "Staged"
-REASON_RETRY = "StagingRetry"
-BACKOFF_BASE, BACKOFF_CAP = 10.0, 300.0
 # the download pod's progress record comes from the job's own image: what reaches the status is bounded
 MAX_MESSAGE = 1024
 
@@ -67,7 +64,7 @@ class StagingDecision:
     action: str
     reason: str = ""
     message: str = ""
-    condition: Optional[dict[str, Any]] = None  # the Staged condition to set (type, status, reason, message)
+    condition: Optional[api.Condition] = None  # the Staged condition to set (type, status, reason, message)
     pod: Optional[str] = None  # the initializer pod to create (CREATE) or delete (RETRY)
     requeue_after: Optional[float] = None
     count_retry: bool = False  # RETRY: the caller increments its staging retry count
@@ -139,8 +136,8 @@ def progress_message(record: Optional[dict[str, Any]]) -> str:
     return _bounded(text)
 
 
-def _condition(status: str, reason: str, message: str) -> dict[str, Any]:
-    return {"type": CONDITION, "status": status, "reason": reason, "message": message}
+def _condition(status: api.ConditionStatus, reason: str, message: str) -> api.Condition:
+    return api.Condition(type=ConditionType.STAGED, status=status, reason=reason, message=message)
 
 
 def _staged_message(record: Optional[dict[str, Any]]) -> str:
@@ -156,33 +153,31 @@ def _staged_message(record: Optional[dict[str, Any]]) -> str:
     return _bounded("; ".join(parts)) or "nothing to stage"
 
 
-def _backoff(retries: int) -> float:
-    return min(BACKOFF_BASE * 2 ** max(retries - 1, 0), BACKOFF_CAP) if retries > 0 else 0.0
-
-
-def decide_staging(job: api.GRPOJob, pod: Optional[PodInfo], condition: Optional[dict[str, Any]], *,
-                   now: _dt.datetime, retries: int = 0, progress: Optional[dict[str, Any]] = None) -> StagingDecision:
+def decide_staging(job: api.GRPOJob, pod: Optional[PodInfo], condition: Optional[api.Condition], *,
+                   now: _dt.datetime, policy: Policy, retries: int = 0,
+                   progress: Optional[dict[str, Any]] = None) -> StagingDecision:
     if not render_cache.needs_initializer(job):
-        return StagingDecision(Action.PROCEED, reason="NotNeeded")
-    if condition is not None and condition.get("status") == "True":
-        return StagingDecision(Action.PROCEED, reason=REASON_STAGED)
+        return StagingDecision(Action.PROCEED, reason=Reason.NOT_NEEDED)
+    if condition is not None and condition.status == "True":
+        return StagingDecision(Action.PROCEED, reason=Reason.STAGED)
     name = render_initializer.pod_name(job.metadata.name or "")
     if pod is None or pod.deleting:
-        return _create_or_wait(name, condition, now=now, retries=retries, deleting=pod is not None)
+        return _create_or_wait(name, condition, now=now, delay=backoff_seconds(retries, policy), retries=retries,
+                               deleting=pod is not None)
     if pod.phase == PodPhase.SUCCEEDED:
         record = parse_record(pod.message)
         message = _staged_message(record)
         # the download's time, when something was downloaded (a cache hit took nothing worth reporting)
         took = f"Staged in {record.get('seconds', 0)} s ({_size(record.get('bytes'))}): " \
             if record and record.get("event") == "done" and record.get("staged") else ""
-        event = (REASON_STAGED, f"{took}{message}; pod {name}")
-        return StagingDecision(Action.PROCEED, REASON_STAGED, message, _condition("True", REASON_STAGED, message),
+        event = (Reason.STAGED, f"{took}{message}; pod {name}")
+        return StagingDecision(Action.PROCEED, Reason.STAGED, message, _condition("True", Reason.STAGED, message),
                                event=event, revisions=revisions(record))
     failure = classify(pod)
     if failure is None:  # Pending or Running
         why = pod.unschedulable or pod.waiting
         message = f"pod {name} is waiting: {why}" if why else progress_message(progress)
-        return StagingDecision(Action.WAIT, REASON_STAGING, message, _condition("False", REASON_STAGING, message),
+        return StagingDecision(Action.WAIT, Reason.STAGING, message, _condition("False", Reason.STAGING, message),
                                requeue_after=10.0)
     hub_message = pod.message if pod.message and not pod.message.startswith(contract.STAGE_PREFIX) else ""
     message = f"downloading into spec.cache failed: {hub_message or failure.message}"
@@ -191,24 +186,25 @@ def decide_staging(job: api.GRPOJob, pod: Optional[PodInfo], condition: Optional
             message += f" (gave up after {retries} retries: runPolicy.backoffLimit)"
         return StagingDecision(Action.FAIL, failure.reason, message, _condition("False", failure.reason, message),
                                event=(failure.reason, message))
-    delay = _backoff(retries + 1)
+    delay = backoff_seconds(retries + 1, policy)
     message += f"; retrying in {delay:.0f} s ({retries + 1}/{job.spec.runPolicy.backoffLimit})"
-    return StagingDecision(Action.RETRY, failure.reason, message, _condition("False", REASON_RETRY, message),
+    return StagingDecision(Action.RETRY, failure.reason, message, _condition("False", Reason.STAGING_RETRY, message),
                            pod=name, requeue_after=delay, count_retry=True, event=(failure.reason, message))
 
 
-def _create_or_wait(name: str, condition: Optional[dict[str, Any]], *, now: _dt.datetime, retries: int,
+def _create_or_wait(name: str, condition: Optional[api.Condition], *, now: _dt.datetime, delay: float, retries: int,
                     deleting: bool) -> StagingDecision:
+    """No pod (or the last one on its way out): create one, once a retry's backoff (`delay`) has passed."""
     if deleting:  # a retry's delete in flight: a new pod of the same name must wait for it
-        return StagingDecision(Action.WAIT, REASON_RETRY, f"waiting for pod {name} to go", requeue_after=2.0)
-    if condition is not None and condition.get("reason") == REASON_RETRY and retries > 0:
-        since = parse_time(condition.get("lastTransitionTime"))
-        due = since + _dt.timedelta(seconds=_backoff(retries)) if since else now
+        return StagingDecision(Action.WAIT, Reason.STAGING_RETRY, f"waiting for pod {name} to go", requeue_after=2.0)
+    if condition is not None and condition.reason == Reason.STAGING_RETRY and retries > 0:
+        since = parse_time(condition.lastTransitionTime)
+        due = since + _dt.timedelta(seconds=delay) if since else now
         if now < due:
-            return StagingDecision(Action.WAIT, REASON_RETRY, str(condition.get("message") or ""),
+            return StagingDecision(Action.WAIT, Reason.STAGING_RETRY, condition.message,
                                    requeue_after=(due - now).total_seconds())
     message = f"pod {name} downloads the model and dataset into the cache"
-    return StagingDecision(Action.CREATE, REASON_STAGING, message, _condition("False", REASON_STAGING, message),
+    return StagingDecision(Action.CREATE, Reason.STAGING, message, _condition("False", Reason.STAGING, message),
                            pod=name)
 
 
@@ -219,12 +215,12 @@ def stage(draft: Draft) -> bool:
     while the download pod is created, runs, or waits for a retry; fails the job on a permanent download error."""
     status = draft.status
     retries = as_retries(status.stagingRetries)
-    condition = draft.condition(CONDITION)
+    condition = draft.condition(ConditionType.STAGED)
     pod = draft.pods.initializer
     # a failed pod already counted (the condition says StagingRetry; a pass that does not see its delete yet) is
     # decided on the count before it
-    counted = condition is not None and condition.reason == REASON_RETRY and pod is not None and not pod.deleting
-    d = decide_staging(draft.checked.job, pod, condition.model_dump(exclude_none=True) if condition else None, now=draft.now,
+    counted = condition is not None and condition.reason == Reason.STAGING_RETRY and pod is not None and not pod.deleting
+    d = decide_staging(draft.checked.job, pod, condition, now=draft.now, policy=draft.policy,
                        retries=retries - 1 if counted and retries > 0 else retries, progress=draft.stage_progress)
     if d.event is not None:
         kind = "Normal" if d.action == Action.PROCEED else "Warning"
@@ -232,11 +228,11 @@ def stage(draft: Draft) -> bool:
     message = bounded(d.message)
     if d.action == Action.PROCEED:
         if d.condition is not None:
-            draft.set(CONDITION, "True", d.condition["reason"], message)
+            draft.set(ConditionType.STAGED, "True", d.condition.reason, message)
             status.stagedRevisions = d.revisions
         return False
     if d.action == Action.FAIL:
-        draft.set(CONDITION, "False", d.reason, message)
+        draft.set(ConditionType.STAGED, "False", d.reason, message)
         status.lastFailureReason = d.reason
         return fail(draft, d.reason, message)
     if d.action == Action.RETRY:
@@ -244,7 +240,7 @@ def stage(draft: Draft) -> bool:
         # condition already at StagingRetry
         if not counted:
             status.stagingRetries = retries + 1
-            draft.set(CONDITION, "False", REASON_RETRY, message, force_transition=True)
+            draft.set(ConditionType.STAGED, "False", Reason.STAGING_RETRY, message, force_transition=True)
         status.lastFailureReason = d.reason
         draft.delete([pod] if pod is not None else [])
     elif d.action == Action.CREATE:
@@ -253,7 +249,7 @@ def stage(draft: Draft) -> bool:
         if status.startTime is None and not draft.job.create_refused:  # the download counts towards the deadline
             status.startTime = fmt_time(draft.now)
     if d.condition is not None and d.action != Action.RETRY:
-        draft.set(CONDITION, "False", d.condition["reason"], message)
+        draft.set(ConditionType.STAGED, "False", d.condition.reason, message)
     status.phase = Phase.PENDING
     status.message = message or f"waiting for pod {render_initializer.pod_name(draft.job.name)}"
     if d.requeue_after is not None:

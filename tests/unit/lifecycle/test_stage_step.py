@@ -9,8 +9,7 @@ from typing import Any, Optional
 import pytest
 
 from grpo_operator import lifecycle as lc
-from grpo_operator.api.status import ConditionType, Phase
-from grpo_operator.lifecycle.staging import CONDITION, REASON_RETRY
+from grpo_operator.api.status import ConditionType, Phase, Reason
 from grpo_operator.render import initializer
 from grpo_trainer import contract
 from tests.support.jobs import job_body, pod_body
@@ -46,7 +45,7 @@ def trainer(rank: int, phase: str = "Running", **kw: Any) -> lc.PodInfo:
 
 
 def staged_cond(dec: lc.Decision) -> dict[str, Any]:
-    return next(c for c in dec.status["conditions"] if c["type"] == CONDITION)  # type: ignore[index]
+    return next(c for c in dec.status["conditions"] if c["type"] == ConditionType.STAGED)  # type: ignore[index]
 
 
 def after(dec: lc.Decision) -> dict[str, Any]:
@@ -56,7 +55,7 @@ def after(dec: lc.Decision) -> dict[str, Any]:
 
 def test_without_cache_nothing_changes() -> None:
     dec = decide(body(cache=False), [])
-    assert dec.create_pods == TRAINERS and not any(c["type"] == CONDITION for c in dec.status["conditions"])
+    assert dec.create_pods == TRAINERS and not any(c["type"] == ConditionType.STAGED for c in dec.status["conditions"])
 
 
 def test_local_paths_need_no_download_pod() -> None:
@@ -129,7 +128,7 @@ def test_retryable_download_error_retries_once_per_failed_pod_with_backoff_then_
     failed = stage_pod("Failed", exit_code=contract.TRANSIENT_IO)
     dec = decide(body(st, backoff_limit=1), [failed])
     assert dec.delete_pods == [STAGE] and dec.status["stagingRetries"] == 1
-    assert staged_cond(dec)["reason"] == REASON_RETRY and dec.status["phase"] == Phase.PENDING
+    assert staged_cond(dec)["reason"] == Reason.STAGING_RETRY and dec.status["phase"] == Phase.PENDING
     # a second pass before the watch shows the delete: the same failure is not counted twice
     dec = decide(body(after(dec), backoff_limit=1), [failed], T0 + dt.timedelta(seconds=1))
     assert dec.status["stagingRetries"] == 1 and dec.delete_pods == [STAGE]
@@ -186,3 +185,25 @@ def test_the_download_pods_progress_in_the_status_is_bounded() -> None:
     huge = contract.STAGE_PREFIX + '{"event": "done", "staged": ["' + "y" * 100_000 + '"], "cached": []}'
     dec = decide(body(after(dec)), [stage_pod("Succeeded", exit_code=0, message=huge)])
     assert len(staged_cond(dec)["message"]) <= 1024 and all(len(e.message) <= 1024 for e in dec.events)
+
+
+def test_a_download_retry_waits_the_operators_restart_backoff() -> None:
+    """Issue 29, item 3: staging's retry backoff was its own 10 s/300 s, so GRPO_BACKOFF_BASE_SECONDS and
+    GRPO_BACKOFF_CAP_SECONDS (the gang restart's backoff) did not apply to it. It is the Policy's now, as the
+    operator's settings build it."""
+    from grpo_operator.controller.settings import Settings
+
+    policy = Settings.from_env({"GRPO_BACKOFF_BASE_SECONDS": "2", "GRPO_BACKOFF_CAP_SECONDS": "3"}).policy
+    failed = stage_pod("Failed", exit_code=contract.TRANSIENT_IO)
+    st = after(decide(body(backoff_limit=5), [], policy=policy))
+    dec = decide(body(st, backoff_limit=5), [failed], policy=policy)
+    assert dec.delete_pods == [STAGE] and dec.requeue_after == 2.0 and "retrying in 2 s" in dec.status["message"]
+    st = after(dec)
+    dec = decide(body(st, backoff_limit=5), [], T0 + dt.timedelta(seconds=1), policy=policy)
+    assert dec.create_pods == [] and dec.requeue_after is not None and 0 < dec.requeue_after <= 1
+    dec = decide(body(st, backoff_limit=5), [], T0 + dt.timedelta(seconds=2), policy=policy)
+    assert dec.create_pods == [STAGE]
+    # the third failure: 2·2² = 8 s, capped at 3 s
+    st = {**after(dec), "stagingRetries": 2}
+    dec = decide(body(st, backoff_limit=5), [failed], T0 + dt.timedelta(seconds=30), policy=policy)
+    assert dec.status["stagingRetries"] == 3 and dec.requeue_after == 3.0

@@ -8,18 +8,20 @@ import json
 import pytest
 
 from grpo_operator import api
+from grpo_operator.api.status import ConditionType, Reason
+from grpo_operator.lifecycle.draft import Policy
 from grpo_operator.lifecycle.pods import PodInfo
-from grpo_operator.lifecycle.staging import (
-    CONDITION,
-    REASON_RETRY,
-    Action,
-    decide_staging,
-    parse_record,
-    progress_message,
-)
+from grpo_operator.lifecycle.staging import Action, parse_record, progress_message
+from grpo_operator.lifecycle.staging import decide_staging as _decide_staging
 from grpo_trainer import contract
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
+REASON_RETRY = Reason.STAGING_RETRY
+
+
+def decide_staging(*args, policy: Policy = Policy(), **kw):
+    """decide_staging under the operator's default Policy (GRPO_BACKOFF_* unset: 10 s doubling, at most 300 s)."""
+    return _decide_staging(*args, policy=policy, **kw)
 
 
 CACHE = {"volumeClaimName": "hf"}
@@ -38,9 +40,9 @@ def pod(phase="Running", **kw) -> PodInfo:
     return PodInfo(name="j-stage", role=contract.ROLE_INITIALIZER, phase=phase, **kw)
 
 
-def staged(status="True", reason="Staged", at=NOW) -> dict:
-    return {"type": CONDITION, "status": status, "reason": reason,
-            "lastTransitionTime": at.strftime("%Y-%m-%dT%H:%M:%SZ"), "message": "m"}
+def staged(status="True", reason="Staged", at=NOW) -> api.Condition:
+    return api.Condition(type=ConditionType.STAGED, status=status, reason=reason,
+                         lastTransitionTime=at.strftime("%Y-%m-%dT%H:%M:%SZ"), message="m")
 
 
 DONE = contract.STAGE_PREFIX + json.dumps({"event": "done", "staged": ["model org/tiny@main"], "cached": [],
@@ -80,20 +82,20 @@ def test_decision_table(j, p, cond, retries, action, reason):
         assert d.pod == "j-stage"
     if action == Action.RETRY:
         assert d.count_retry and d.requeue_after == 10.0 * 2 ** retries
-        assert d.condition and d.condition["reason"] == REASON_RETRY
+        assert d.condition and d.condition.reason == REASON_RETRY
     if action == Action.FAIL:
-        assert d.condition and d.condition["status"] == "False" and d.event
+        assert d.condition and d.condition.status == "False" and d.event
 
 
 def test_failure_message_carries_the_hubs_words():
     msg = "grpo_trainer.stage: hub access denied (exit 18): model org/tiny@main: the repo is gated"
     d = decide_staging(job(), pod("Failed", exit_code=18, message=msg), None, now=NOW)
-    assert d.action == Action.FAIL and "the repo is gated" in d.message and d.condition["reason"] == "HubAccessDenied"
+    assert d.action == Action.FAIL and "the repo is gated" in d.message and d.condition.reason == "HubAccessDenied"
 
 
 def test_success_condition_and_event_give_size_and_time():
     d = decide_staging(job(), pod("Succeeded", exit_code=0, message=DONE), None, now=NOW)
-    assert d.condition == {"type": "Staged", "status": "True", "reason": "Staged", "message": d.message}
+    assert d.condition == api.Condition(type="Staged", status="True", reason="Staged", message=d.message)
     assert "2.5 GB in 41.2 s" in d.message and d.event and d.event[0] == "Staged"
     assert d.event[1].startswith("Staged in 41.2 s (2.5 GB): staged ")  # the download's time, first in the event
     # a cache hit: nothing downloaded, so no "Staged in 0.001 s (0 B)" noise, only what the cache held
@@ -112,7 +114,7 @@ def test_progress_while_downloading():
          "files": 3, "totalFiles": 7}) + "\n")
     assert progress_message(rec) == "downloading model org/tiny@main: 1.2 GB / 3.4 GB, 3/7 files"
     d = decide_staging(job(), pod("Running"), None, now=NOW, progress=rec)
-    assert d.action == Action.WAIT and d.condition["message"] == progress_message(rec)
+    assert d.action == Action.WAIT and d.condition.message == progress_message(rec)
     d = decide_staging(job(), pod("Pending", unschedulable="persistentvolumeclaim \"hf\" not found"), None, now=NOW)
     assert "not found" in d.message
     assert parse_record("no records") is None
@@ -130,5 +132,5 @@ def test_a_hostile_progress_record_makes_a_bounded_message():
     assert len(progress_message(huge)) <= MAX_PROGRESS_MESSAGE
     assert progress_message({**huge, "item": "model m"}) == "downloading model m: ? / 10 B, 0/2 files"
     d = decide_staging(job(), pod("Running"), None, now=NOW, progress=huge)
-    assert len(d.message) <= MAX_PROGRESS_MESSAGE and len(d.condition["message"]) <= MAX_PROGRESS_MESSAGE
+    assert len(d.message) <= MAX_PROGRESS_MESSAGE and len(d.condition.message) <= MAX_PROGRESS_MESSAGE
     assert len(progress_message({"event": "cached", "item": "y" * 100_000})) <= MAX_PROGRESS_MESSAGE
