@@ -59,8 +59,8 @@ def succeeded(draft: Draft) -> bool:
 
 
 def release_servers(draft: Draft) -> None:
-    """A succeeded job's vLLM server ends its own gang (Kueue: the server's pod group, which would otherwise hold its
-    quota waiting for a replacement of the deleted server); the trainers' group finished with them."""
+    """A succeeded job's vLLM server ends its own gang (a scheduler's group of its own, which would otherwise hold
+    its quota waiting for a replacement of the deleted server); the trainers' group finished with them."""
     draft.release_gang([p for p in draft.pods.ours if p.role != ROLE_TRAINER])
 
 
@@ -75,10 +75,9 @@ def scheduling(draft: Draft, current: list[PodInfo]) -> tuple[list[PodInfo], lis
         draft.clear(ConditionType.UNSCHEDULABLE, Reason.SCHEDULED, "all pods are scheduled")
     gated = draft.gang.queued(current)
     if gated:
-        draft.set(ConditionType.QUEUED, "True", Reason.WAITING_FOR_KUEUE,
-                  f"{len(gated)} pod(s) wait for Kueue to admit their pod group (queue {draft.gang.queue()})")
+        draft.set(ConditionType.QUEUED, "True", *draft.gang.queued_condition(gated))
     else:
-        draft.clear(ConditionType.QUEUED, Reason.ADMITTED, "Kueue admitted the pod group")
+        draft.clear(ConditionType.QUEUED, Reason.ADMITTED, draft.gang.admitted)
     return unschedulable, gated
 
 
@@ -92,7 +91,7 @@ def _pending(draft: Draft, current: list[PodInfo], unschedulable: list[PodInfo],
     if unschedulable:
         message += f"; unschedulable: {unschedulable[0].unschedulable}"
     elif gated:
-        message += "; queued: waiting for Kueue to admit the pod group"
+        message += draft.gang.queued_note(server=False)
     elif waiting:
         message += f"; {waiting[0].name}: {waiting[0].waiting}"
     draft.status.message = message

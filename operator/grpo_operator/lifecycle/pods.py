@@ -15,8 +15,8 @@ from .. import api
 from ..api.status import Reason
 from ..render import manifests
 from .conditions import parse_time
-from .gang import GangFacts
-from .gang import facts as gang_facts
+from .gangs import GangFacts
+from .gangs import facts as gang_facts
 
 ROLE_TRAINER = contract.ROLE_TRAINER
 ROLE_VLLM = contract.ROLE_VLLM
@@ -63,7 +63,7 @@ class PodInfo:
     ready: bool = False  # the Ready condition (a vLLM server's /health readiness probe passes)
     start_time: Optional[_dt.datetime] = None  # status.startTime: the kubelet accepted the pod
     ip: Optional[str] = None  # status.podIP (a kept vLLM server's engine probe dials it)
-    gang: GangFacts = GangFacts()  # what Kueue's gate, group, retriable flag and TerminationTarget say (gang.py)
+    gang: GangFacts = GangFacts()  # what the gang scheduler wrote on the pod (lifecycle/gangs)
 
     @property
     def started(self) -> bool:

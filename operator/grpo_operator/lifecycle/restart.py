@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 
 from ..api.status import ConditionType, Phase, Reason
-from . import inplace, server_keep
+from . import gangs, inplace, server_keep
 from .conditions import parse_time
 from .draft import Draft, backoff_seconds
 from .pods import ROLE_TRAINER, Failure, PodPhase, classify
@@ -103,17 +103,17 @@ def requeue_after_eviction(draft: Draft, evicted: str) -> bool:
     status.vllmServerAttempt = None  # the next attempt starts with its own server (an eviction is no failure evidence)
     attempt = draft.next_attempt(charged=False)
     status.phase = Phase.RESTARTING
-    status.message = (f"Kueue evicted the pods ({evicted}); attempt {attempt} waits for Kueue to admit the group "
-                         "again (not counted against runPolicy.backoffLimit)")
-    draft.set(ConditionType.RESTARTING, "True", Reason.EVICTED_BY_KUEUE, status.message, force_transition=True)
-    draft.clear(ConditionType.RUNNING, Reason.EVICTED_BY_KUEUE, "Kueue evicted the pods")
+    status.message = draft.gang.eviction_message(evicted, attempt)
+    reason = draft.gang.eviction_reason
+    draft.set(ConditionType.RESTARTING, "True", reason, status.message, force_transition=True)
+    draft.clear(ConditionType.RUNNING, reason, draft.gang.eviction_summary())
     draft.delete(draft.pods.ours)
     return True
 
 
 def wait_for_previous_attempt(draft: Draft) -> bool:
     """The next attempt starts once the older attempt's pods are out of the way (as the gang policy requires:
-    gone, or under Kueue settled, lifecycle/gang.py says why) and the backoff has run out."""
+    gone, or settled: lifecycle/gangs says why) and the backoff has run out."""
     if draft.pods.other_attempt:
         ready, ending = draft.gang.ready_to_replace(draft.pods.other_attempt)
         draft.end_groups(ending)
@@ -125,7 +125,7 @@ def wait_for_previous_attempt(draft: Draft) -> bool:
     if not draft.is_true(ConditionType.RESTARTING) or any(p.attempt == draft.pods.attempt for p in draft.pods.current):
         return False
     restarting = draft.condition(ConditionType.RESTARTING)
-    if restarting is not None and restarting.reason == Reason.EVICTED_BY_KUEUE:
+    if restarting is not None and restarting.reason in gangs.EVICTION_REASONS:
         return False  # the scheduler's own queue is the wait
     since = parse_time(restarting.lastTransitionTime if restarting is not None else None)
     charged = draft.pods.attempt - draft.requeues

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .. import api
-from . import gang as gang_rules
+from . import gangs
 from .pods import Failure, PodInfo, PodPhase, classify, summarize_pod
 
 # Actions, in the order a healthy job meets them.
@@ -245,10 +245,10 @@ class GroupPlan:
 
 def gang_groups(mode: str, nodes: int, servers: int = 1) -> dict[str, GroupPlan]:
     """The server's and the trainers' groups per gang mode (see the module docstring for why they are apart)."""
-    if mode == gang_rules.NONE:
+    if mode == gangs.NONE:
         return {"server": GroupPlan(None, True), "trainers": GroupPlan(None, False)}
-    if mode == gang_rules.KUEUE:
+    if mode == gangs.kueue.KueueGang.mode:
         return {"server": GroupPlan(servers, True), "trainers": GroupPlan(nodes, False)}
-    if mode in (gang_rules.COSCHEDULING, gang_rules.VOLCANO):
+    if mode in (gangs.coscheduling.CoschedulingGang.mode, gangs.volcano.VolcanoGang.mode):
         return {"server": GroupPlan(None, True), "trainers": GroupPlan(nodes, False)}
     raise ValueError(f"unknown gang mode {mode!r}")

@@ -55,8 +55,7 @@ def _create_servers(draft: Draft, missing: list[str]) -> None:
         return  # note_conflicts said so (Created=False)
     draft.decision.create_attempt = attempt
     draft.decision.create_pods = missing
-    draft.decision.kueue_server_group = draft.gang.group_of_new_pods(draft.pods.ours, draft.job.name, draft.job.uid,
-                                                                     attempt, ROLE_VLLM)
+    draft.join_groups(attempt, [ROLE_VLLM])
     if draft.status.startTime is None and not draft.job.create_refused:  # refused: nothing created, not started
         draft.status.startTime = fmt_time(draft.now)
         deadline = draft.spec.runPolicy.activeDeadlineSeconds
@@ -77,7 +76,7 @@ def _waiting(draft: Draft, d: so.ServerDecision) -> None:
     if unschedulable:
         message += f"; unschedulable: {unschedulable[0].unschedulable}"
     elif gated:
-        message += "; queued: waiting for Kueue to admit the vLLM server's pod group"
+        message += draft.gang.queued_note(server=True)
     elif waiting:
         message += f"; {waiting[0].name}: {waiting[0].waiting}"
     draft.status.phase = Phase.PENDING

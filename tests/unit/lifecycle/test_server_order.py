@@ -9,7 +9,7 @@ from typing import Any, Optional
 import pytest
 
 from grpo_operator import lifecycle as lc
-from grpo_operator.lifecycle import gang as gang_rules
+from grpo_operator.lifecycle import gangs as gang_rules
 from grpo_operator.lifecycle import server_order as so
 from grpo_operator.rules import validation
 from tests.support.jobs import pod_body
@@ -132,8 +132,7 @@ def test_ending_takes_the_server_too():
 
 
 @pytest.mark.parametrize("mode,server_count,trainer_count", [
-    (gang_rules.NONE, None, None), (gang_rules.KUEUE, 1, 3),
-    (gang_rules.COSCHEDULING, None, 3), (gang_rules.VOLCANO, None, 3),
+    (gang_rules.NONE, None, None), ("kueue", 1, 3), ("coscheduling", None, 3), ("volcano", None, 3),
 ])
 def test_the_server_is_not_in_the_trainers_gang(mode, server_count, trainer_count):
     """A gang holding the server and the trainers could not be created server-first: Kueue gates a pod group until

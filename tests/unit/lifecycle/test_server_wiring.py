@@ -119,7 +119,7 @@ def test_trainers_are_not_withheld_once_created() -> None:
 def test_kueue_server_first_in_its_own_group() -> None:
     """Under Kueue too: the server alone first, in a pod group of its own (tests/unit/gang/test_gang_kueue_server.py)."""
     d = decide(body(labels={"kueue.x-k8s.io/queue-name": "q"}), [])
-    assert d.create_pods == ["job-vllm-0"] and d.kueue_server_group == "job-uid1-vllm-a0" and d.kueue_group is None
+    assert d.create_pods == ["job-vllm-0"] and d.groups == {"vllm-server": "job-uid1-vllm-a0"}
 
 
 def test_colocate_unchanged() -> None:
