@@ -38,7 +38,7 @@ from .inplace import count_in_place
 from .phase import phase_from_pods
 from .pods import PodInfo
 from .restart import adopt_newest_attempt, delete_other_attempts, restart_or_fail, wait_for_previous_attempt
-from .server_wait import server_first
+from .server.first import server_first
 from .staging import stage
 from .stall import detect_stall
 from .suspend import resume, suspend

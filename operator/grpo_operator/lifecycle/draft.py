@@ -18,7 +18,7 @@ from ..rules import topology, validation
 from . import gangs
 from .conditions import clear_condition, set_condition
 from .pods import ROLE_TRAINER, ROLE_VLLM, PodInfo, PodPhase, PodSets
-from .server_order import EngineProbe, ProbeVerdict
+from .server.order import EngineProbe, ProbeVerdict
 from .stall_watch import StackRequest, StallPolicy, StallWatch
 
 
@@ -71,7 +71,7 @@ class Decision:
     release_pods: list[str] = field(default_factory=list)
     release: Optional[gangs.Release] = None
     job_status: Optional[api.GRPOJobStatus] = None  # the typed status (the API's own model)
-    probe_server: Optional[EngineProbe] = None  # server mode: run the engine probe on a kept server (server_keep.py)
+    probe_server: Optional[EngineProbe] = None  # server mode: run the engine probe on a kept server (server/keep.py)
     dump_stacks: Optional[StackRequest] = None  # a stalled attempt: ask its trainer pods for their stacks (stall.py)
 
     def requeue(self, seconds: float) -> None:

@@ -209,7 +209,7 @@ class PodSets:
     initializer    ours, the spec.cache download pod (one per job, not per attempt): kept out of the attempts, so it
                    is never counted, restarted or replaced as a trainer (lifecycle/staging.py owns it)
 
-    A vLLM server kept across trainer restarts (status.vllmServerAttempt, lifecycle/server_keep.py) keeps the attempt
+    A vLLM server kept across trainer restarts (status.vllmServerAttempt, lifecycle/server/keep.py) keeps the attempt
     that created it: it is current while its attempt is the recorded server attempt, else of another attempt.
     """
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import datetime as _dt
 
 from ..api.status import ConditionType, Phase, Reason
-from . import gangs, inplace, server_keep
+from . import gangs, inplace
 from .conditions import parse_time
 from .draft import Draft, backoff_seconds
 from .pods import ROLE_TRAINER, Failure, PodPhase, classify
+from .server import keep as server_keep
 from .terminal import fail
 
 
@@ -65,8 +66,8 @@ def restart_or_fail(draft: Draft) -> bool:
 
 def restart_for(draft: Draft, failures: list[Failure]) -> bool:
     """These failures of the current attempt: Failed (a permanent one, or runPolicy.backoffLimit used up), else a
-    gang restart of every pod after a backoff (lifecycle/server_wait.py's start-up deadline comes here too); in
-    server mode a healthy vLLM server is kept and only the trainers restart (lifecycle/server_keep.py)."""
+    gang restart of every pod after a backoff (lifecycle/server/first.py's start-up deadline comes here too); in
+    server mode a healthy vLLM server is kept and only the trainers restart (lifecycle/server/keep.py)."""
     status, run = draft.status, draft.spec.runPolicy
     limit = run.backoffLimit
     permanent = [f for f in failures if not f.retryable]

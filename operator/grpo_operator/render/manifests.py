@@ -401,7 +401,7 @@ def _gang(job: api.GRPOJob, namespace: str, objs: list[dict[str, Any]], *, uid: 
     """Gang admission/scheduling: each scheduler that takes the job (render/gangs) marks the pods and adds its
     objects, placed before the pods. (Per-attempt pod names: pod_name.)"""
     n = names(job.metadata.name or "")
-    # server mode creates the server before the trainers (lifecycle/server_wait.py): a gang that counted it would
+    # server mode creates the server before the trainers (lifecycle/server/first.py): a gang that counted it would
     # hold it (at the scheduler's gate or Permit) until the trainers exist, so the gang is the trainers; a scheduler
     # that admits the server gives it a group of its own
     pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["labels"].get(LABEL_ROLE) != ROLE_VLLM]

@@ -13,7 +13,7 @@ import pytest
 
 from grpo_operator import lifecycle as lc
 from grpo_operator.api import gang as g
-from grpo_operator.lifecycle import server_order as so
+from grpo_operator.lifecycle.server import order as so
 from grpo_operator.render import manifests
 from grpo_operator.rules import validation
 from tests.support.jobs import job_body, pod_body

@@ -108,8 +108,8 @@ def test_pod_group_is_valid_for_the_real_crd(gang: str, api_version: str, server
     assert pg["metadata"]["ownerReferences"] == [{
         "apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob", "name": "qwen",
         "uid": "0b7e8f3a-1111-2222-3333-444455556666", "controller": True, "blockOwnerDeletion": True}]
-    # every pod that must start together: the 2 trainers. The vLLM server is created before them (server_order's
-    # gang_groups): a PodGroup counting it would hold it at Permit until the trainers exist, which wait for it.
+    # every pod that must start together: the 2 trainers. The vLLM server is created before them (lifecycle/server/order.py
+    # says why): a PodGroup counting it would hold it at Permit until the trainers exist, which wait for it.
     assert pg["spec"]["minMember"] == 2
     expected = {"cpu": "31", "memory": "128Gi", "nvidia.com/gpu": "8"}  # requests win over limits: 2 × 15.5 cpu
     assert pg["spec"]["minResources"] == expected
@@ -159,7 +159,7 @@ def test_pods_point_at_their_pod_group(gang: str) -> None:
     _, pods = rendered(job_body(scheduling={"gang": gang}, server=True))
     assert len(pods) == 3
     server = [p for p in pods if p["metadata"]["labels"]["grpo.dev/role"] == "vllm-server"]
-    assert len(server) == 1  # created before the trainers, outside their PodGroup (server_order.gang_groups)
+    assert len(server) == 1  # created before the trainers, outside their PodGroup (lifecycle/server/order.py)
     assert g.COSCHEDULING_POD_GROUP_LABEL not in server[0]["metadata"]["labels"]
     assert g.VOLCANO_GROUP_NAME_ANNOTATION not in server[0]["metadata"]["annotations"]
     for pod in pods:
@@ -185,7 +185,7 @@ def test_kueue_trainers_form_one_group_the_server_its_own_and_nothing_kueue_owns
     server_group = kueue.group_name("qwen", "0b7e8f3a-1111-2222-3333-444455556666", 0, server=True)
     assert (group, server_group) == ("qwen-0b7e8f3a-a0", "qwen-0b7e8f3a-vllm-a0")
     assert {p["metadata"]["labels"][g.KUEUE_QUEUE_LABEL] for p in pods} == {"team-a"}
-    # server mode: the server is admitted first, alone (lifecycle/server_order.py gang_groups)
+    # server mode: the server is admitted first, alone (lifecycle/server/order.py)
     assert {(p["metadata"]["labels"][manifests.LABEL_ROLE], p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL],
              p["metadata"]["annotations"][g.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION]) for p in pods} == {
         ("trainer", group, "2"), ("vllm-server", server_group, "1")}

@@ -1,4 +1,4 @@
-"""decide() in server mode (lifecycle/server_wait.py carrying out server_order.plan()): the server pod first, the
+"""decide() in server mode (lifecycle/server/first.py carrying out order.plan()): the server pod first, the
 trainers only once it is Ready, the start-up deadline a retryable failure of the server, the status saying why it
 waits (Kueue included: the server is its own pod group); colocate unchanged."""
 
@@ -8,7 +8,7 @@ import datetime as dt
 from typing import Any, Optional
 
 from grpo_operator import lifecycle as lc
-from grpo_operator.lifecycle import server_order as so
+from grpo_operator.lifecycle.server import order as so
 from tests.support.jobs import job_body, pod_body
 from tests.support.lifecycle import POLICY, T0, UID, decide, then
 
@@ -42,7 +42,6 @@ def running_cond(st: dict[str, Any]) -> dict[str, Any]:
 def test_summary_carries_ready_and_start_time() -> None:
     p = server(ready=True)
     assert p.ready and p.start_time == T0 and p.role == "vllm-server"
-    assert so.server_of(p) == so.ServerPod(pod=p, ready=True, started=T0)
     assert not trainer(0).ready and trainer(0).start_time is None
 
 

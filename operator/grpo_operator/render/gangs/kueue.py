@@ -40,7 +40,7 @@ def group_name(base: str, uid: str, attempt: int, *, server: bool = False) -> st
     name base): unique per job (its uid: a Workload of an older job of the same name is never matched) and per
     run, a DNS-1123 subdomain of at most 63 characters (Kueue's validation). Replacement pods of later attempts
     of the same run keep this name. `server`: the vLLM server's own group in server mode (<base>-<uid>-vllm-a<N>),
-    admitted before the trainers' group is created (lifecycle/server_wait.py)."""
+    admitted before the trainers' group is created (lifecycle/server/first.py)."""
     ident = re.sub(r"[^a-z0-9]", "", (uid or "").lower())[:8] or hashlib.sha256(base.encode()).hexdigest()[:8]
     suffix = f"-{ident}{'-vllm' if server else ''}-a{attempt}"
     head = re.sub(r"[^a-z0-9-]", "-", base.lower())[: MAX_LABEL_VALUE - len(suffix)].strip("-") or "job"
