@@ -56,7 +56,8 @@ class GangPolicy:
     eviction_reason: ClassVar[str] = ""
     releases: ClassVar[Optional[Release]] = None  # how a release is sent (None: nothing to release)
     wait_why: ClassVar[str] = ""  # why the next attempt waits for the old pods to be gone (the scheduler's rule)
-    admitted: ClassVar[str] = "the scheduler admitted the pod group"  # the Queued condition cleared
+    # the Queued condition's message once no pod waits at the gate (it is cleared only where a gate once set it)
+    admitted: ClassVar[str] = "the scheduler admitted the pod group"
 
     @classmethod
     def for_job(cls, job: api.GRPOJob) -> GangPolicy:
@@ -72,13 +73,13 @@ class GangPolicy:
         return None
 
     def eviction_message(self, evicted: str, attempt: int) -> str:
-        """status.message of the uncharged restart after an eviction (`evicted`: evicted()'s answer)."""
-        return f"the scheduler evicted the pods ({evicted}); attempt {attempt} starts (not counted against " \
-               "runPolicy.backoffLimit)"
+        """status.message of the uncharged restart after an eviction (`evicted`: evicted()'s answer). A unit whose
+        evicted() answers gives this, eviction_summary and eviction_reason too."""
+        raise NotImplementedError(f"{type(self).__name__}.evicted answered: it must word the eviction")
 
     def eviction_summary(self) -> str:
         """The Running condition's message when an eviction ends the attempt."""
-        return "the scheduler evicted the pods"
+        raise NotImplementedError(f"{type(self).__name__}.evicted answered: it must word the eviction")
 
     def may_create_next(self, old: Iterable[PodLike]) -> tuple[bool, str]:
         """After the old attempt's pods were deleted: may the next attempt's pods be created now? (yes/no, why not)."""
@@ -112,12 +113,13 @@ class GangPolicy:
         return []
 
     def queued_condition(self, gated: Sequence[str]) -> tuple[str, str]:
-        """The Queued condition's reason and message while `gated` pods wait at the gate."""
-        return "WaitingForScheduler", f"{len(gated)} pod(s) wait for the scheduler to admit their pod group"
+        """The Queued condition's reason and message while `gated` pods wait at the gate. A unit whose queued()
+        answers gives this, queued_note and `admitted` too."""
+        raise NotImplementedError(f"{type(self).__name__}.queued answered: it must word the Queued condition")
 
     def queued_note(self, server: bool) -> str:
         """What a Pending message adds while pods wait at the gate (`server`: the vLLM server's, server mode)."""
-        return "; queued: waiting for the scheduler"
+        raise NotImplementedError(f"{type(self).__name__}.queued answered: it must word the Queued condition")
 
     @staticmethod
     def held(pod: PodLike) -> bool:
