@@ -8,7 +8,7 @@ probe_server() {
   "$PY" - "http://127.0.0.1:$PORT" <<'PY'
 import asyncio, sys, time
 from grpo_operator.controller.engine_probe import generate_one_token
-from grpo_operator.lifecycle.server_order import ENGINE_PROBE_TIMEOUT
+from grpo_operator.lifecycle.server.order import ENGINE_PROBE_TIMEOUT
 start = time.monotonic()
 ok, detail = asyncio.run(generate_one_token(sys.argv[1], ENGINE_PROBE_TIMEOUT))
 print(f"gpu-check: engine probe of the kept server: {'answered' if ok else detail} "

@@ -4,12 +4,15 @@
 
 A module imports only its own layer or lower ones; the pure layers (api, rules, render, lifecycle, webhook.review)
 import nothing from kopf, the kubernetes client or aiohttp; there is no import cycle; the trainer imports nothing
-from the operator, and the contract between them imports nothing at all. docs/architecture.md explains why.
+from the operator, and the contract between them imports nothing at all. In render, lifecycle and controller only the
+gang schedulers' units (render/gangs, lifecycle/gangs) name a scheduler, each unit is in its side's one table, and
+the code map lists their modules. docs/architecture.md explains why.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -130,3 +133,75 @@ def test_the_graph_is_real() -> None:
     assert "grpo_trainer.contract" in GRAPH["grpo_operator.render.manifests"]
     assert "kopf" in GRAPH["grpo_operator.controller.handlers"]
     assert "grpo_operator.lifecycle.pods" in GRAPH["grpo_operator.lifecycle.decision"]
+
+
+# ---- who may name a gang scheduler (docs/architecture.md "Gang schedulers"): in render, lifecycle and controller only
+# the schedulers' units and their registries; elsewhere the names are api/gang.py's (checked against the schedulers'
+# sources), the API's (api/models.py) and the rules' (rules/validation.py). Docstrings and comments may explain.
+SCHEDULER_WORDS = re.compile(r"kueue|volcano|coschedul|scheduler-plugins|podgroup|x-k8s\.io", re.IGNORECASE)
+NAMING_SCOPE = ("grpo_operator.render", "grpo_operator.lifecycle", "grpo_operator.controller")
+GANG_UNITS = ("grpo_operator.render.gangs", "grpo_operator.lifecycle.gangs")
+
+
+def scheduler_names(path: Path) -> list[str]:
+    """The strings (docstrings aside) and identifiers of a module that name a gang scheduler."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        words: list[str] = []
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words.append(node.value)
+        elif isinstance(node, ast.Name):
+            words.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            words.append(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            words.append(node.name)
+        elif isinstance(node, ast.arg):
+            words.append(node.arg)
+        elif isinstance(node, ast.keyword) and node.arg:
+            words.append(node.arg)
+        elif isinstance(node, ast.alias):
+            words += [node.name, node.asname or ""]
+        found += [f"line {getattr(node, 'lineno', '?')}: {w[:60]!r}" for w in words if SCHEDULER_WORDS.search(w)]
+    return found
+
+
+def in_units(module: str) -> bool:
+    return any(module == u or module.startswith(u + ".") for u in GANG_UNITS)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in OPERATOR if m.startswith(NAMING_SCOPE) and not in_units(m)))
+def test_only_the_gang_units_name_a_scheduler(module: str) -> None:
+    found = scheduler_names(OPERATOR[module])
+    assert not found, (f"{module} names a gang scheduler ({'; '.join(found[:5])}): that belongs in its unit "
+                       "(render/gangs, lifecycle/gangs), reached through the registry")
+    assert "grpo_operator.api.gang" not in GRAPH[module], f"{module} imports api/gang.py: only the gang units may"
+
+
+def test_the_scheduler_check_is_real() -> None:
+    """It finds the names where they are, and every unit is in its side's one table."""
+    for unit in ("grpo_operator.render.gangs.kueue", "grpo_operator.lifecycle.gangs.kueue",
+                 "grpo_operator.render.gangs.volcano", "grpo_operator.lifecycle.gangs.coscheduling"):
+        assert scheduler_names(OPERATOR[unit]), unit
+    from grpo_operator.lifecycle import gangs as lifecycle_gangs
+    from grpo_operator.render import gangs as render_gangs
+
+    render_units = {m.rsplit(".", 1)[1] for m in OPERATOR if m.startswith("grpo_operator.render.gangs.")} - {"base", "podgroup"}
+    lifecycle_units = {m.rsplit(".", 1)[1] for m in OPERATOR if m.startswith("grpo_operator.lifecycle.gangs.")} - {"base"}
+    assert render_units == lifecycle_units == {u.name for u in render_gangs.UNITS} == set(lifecycle_gangs.POLICIES)
+    for module in render_units:  # each unit's module holds its own scheduler, on both sides
+        assert getattr(render_gangs, module).UNIT.name == module
+        assert getattr(lifecycle_gangs, module).__name__.endswith(f".gangs.{module}")
+
+
+def test_the_code_map_names_every_module_of_the_units() -> None:
+    """docs/architecture.md's code map lists each module of the gang units and of server mode."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    block = text[text.index("## Code map"):text.index("**What may import what**")]
+    for package in ("render.gangs", "lifecycle.gangs", "lifecycle.server"):
+        mods = [m.rsplit(".", 1)[1] for m in OPERATOR if m.startswith(f"grpo_operator.{package}.")]
+        assert mods and all(re.search(rf"^\s+{m}\s", block, re.MULTILINE) for m in mods), (package, mods)

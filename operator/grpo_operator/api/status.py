@@ -109,7 +109,7 @@ class Reason(_Str):
     STAGED = "Staged"
     STAGING_RETRY = "StagingRetry"
     NOT_NEEDED = "NotNeeded"
-    # vLLM server mode (lifecycle/server_order.py): the Running condition while the trainers wait for the server, the
+    # vLLM server mode (lifecycle/server/order.py): the Running condition while the trainers wait for the server, the
     # server's failures (status.lastFailureReason), a kept server's engine probe and its replacement (an Event too)
     WAITING_FOR_VLLM_SERVER = "WaitingForVllmServer"
     VLLM_SERVER_STARTUP_TIMEOUT = "VllmServerStartupTimeout"

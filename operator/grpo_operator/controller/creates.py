@@ -1,8 +1,9 @@
 """Creating a decided attempt's objects: render() them, refuse what the server would refuse without sending it (a
 ConfigMap over the size limit, native sidecars on an API server older than 1.29: refused.py), create the ConfigMap,
-Service and PodGroup before the pods (the pods would use a wrong one otherwise), and judge a 409: ours is success, an
-older job's pod is the lifecycle's to delete, anything else's is a conflict the lifecycle reports. A PodGroup the
-cluster cannot take (no CRD, no RBAC) is a PodGroupNotCreated Event and a later retry, with no pods.
+Service and the gang scheduler's objects before the pods (the pods would use a wrong one otherwise), and judge a
+409: ours is success, an older job's pod is the lifecycle's to delete, anything else's is a conflict the lifecycle
+reports. A gang object the cluster cannot take (no CRD, no RBAC) is a Warning Event (its unit's reason and words:
+render/gangs) and a later retry, with no pods.
 
 Imports: api, rules, render, lifecycle and the controller's own modules (not handlers.py, which owns the Creator:
 what it needs of the Controller is the Protocol below).
@@ -12,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Protocol
 
 from .. import api, lifecycle
-from ..api.status import Reason
+from ..render import gangs, manifests, pod_template
 from ..render import job as render_job
-from ..render import manifests, pod_template
 from ..rules import validation
 from . import events, kube, refused
 from .expectations import Expectations
@@ -28,9 +28,9 @@ from .workqueue import Key
 
 log = logging.getLogger("grpo_operator")
 
-POD_GROUP_EVENT_SECONDS = 300.0  # a PodGroupNotCreated Event: the cause lasts until the CRD or the RBAC is there
+GANG_OBJECT_EVENT_SECONDS = 300.0  # a gang object not created: the cause lasts until the CRD or the RBAC is there
 # When to look at a job again:
-POD_GROUP_RETRY_SECONDS = 30.0  # a PodGroup could not be created
+CREATE_RETRY_SECONDS = 30.0  # a gang object could not be created, or the create was refused before it was sent
 BEING_DELETED_RETRY_SECONDS = 0.5  # a create conflicted with an object of ours that was being deleted
 FOREIGN_RETRY_SECONDS = 0.2  # a create conflicted with an object owned by something else: report it soon
 
@@ -55,7 +55,7 @@ class Creator:
     def __init__(self, controller: _Controller, sem: asyncio.Semaphore):
         self.c = controller
         self._sem = sem
-        self.pod_group_events = RateLimiter(POD_GROUP_EVENT_SECONDS)
+        self.gang_object_events = RateLimiter(GANG_OBJECT_EVENT_SECONDS)
         self._server_version: Optional[tuple[int, int]] = None  # (major, minor), read once when a job needs it
 
     async def create_decided(self, key: Key, body: dict[str, Any], res: validation.ValidationResult,
@@ -63,12 +63,11 @@ class Creator:
         # the commits staging recorded, in this very pass when it saw the download pod succeed
         status = dec.job_status or api.parse_status(body.get("status"))
         await self.create(key, body, res, dec.create_attempt, dec.create_pods,  # type: ignore[arg-type]
-                          dec.kueue_group, dec.kueue_server_group, staged=status.stagedRevisions,
+                          dec.groups, staged=status.stagedRevisions,
                           max_restarts=dec.max_restarts)
 
     async def create(self, key: Key, body: dict[str, Any], res: validation.ValidationResult, attempt: int,
-                     pod_names: list[str], kueue_group: Optional[str] = None,
-                     kueue_server_group: Optional[str] = None,
+                     pod_names: list[str], groups: Optional[Mapping[str, str]] = None,
                      staged: Sequence[api.StagedRevision] = (), max_restarts: Optional[int] = None) -> None:
         c = self.c
         assert c.kube is not None and res.job is not None and res.topology is not None
@@ -76,25 +75,25 @@ class Creator:
         uid = (body.get("metadata") or {}).get("uid", "")
         objs = render_job.render(res.job, res.topology, ns, uid=uid, image=c.config.image,
                                  cpu_image=c.config.cpu_image, attempt=attempt,
-                                 metrics_port=c.config.trainer_metrics_port, kueue_group=kueue_group,
-                                 kueue_server_group=kueue_server_group, network_policy=c.config.network_policy(),
+                                 metrics_port=c.config.trainer_metrics_port, groups=groups,
+                                 network_policy=c.config.network_policy(),
                                  staged=staged, max_restarts=max_restarts)
         too_large = render_job.oversized(objs)
         if too_large:  # the server would refuse it: say so without sending anything
             refused.note(c, key, manifests.names(name).config_map, too_large, body)
-            c.kick_later(key, POD_GROUP_RETRY_SECONDS)
+            c.kick_later(key, CREATE_RETRY_SECONDS)
             return
         no_sidecars = await self._native_sidecars_missing(objs)
         if no_sidecars:
             refused.note(c, key, name, no_sidecars, body)
-            c.kick_later(key, POD_GROUP_RETRY_SECONDS)
+            c.kick_later(key, CREATE_RETRY_SECONDS)
             return
         wanted = set(pod_names)
         support = [o for o in objs if o["kind"] != "Pod"]
         pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["name"] in wanted]
         results = await asyncio.gather(*(self.create_one(key, uid, o, body) for o in support))
         if not all(results):
-            return  # a ConfigMap/Service/PodGroup of ours is missing or owned by something else: pods would use the wrong one
+            return  # a ConfigMap/Service/gang object of ours is missing or owned by something else: pods would use the wrong one
         c.expectations.created(key, [p["metadata"]["name"] for p in pods], attempt)
         await asyncio.gather(*(self.create_one(key, uid, o, body) for o in pods))  # raises a refusal
         c.refused_creates.pop(key, None)  # everything was created: the next pass clears CreateFailed
@@ -127,20 +126,19 @@ class Creator:
         except kube.Conflict:
             pass  # AlreadyExists (or our own ambiguous earlier write): ours is success
         except kube.ApiError as exc:
-            if kind not in kube.GROUP_PLURALS or exc.status not in (403, 404):
+            unit = gangs.owner_of(obj)
+            if unit is None or exc.status not in (403, 404):
                 refused.report(c, key, obj, exc, job)  # a FailedCreate Event and condition: the server's message
                 if kind == "Pod":
                     c.expectations.refused(key, name)
                 raise
-            # the gang scheduler's CRD is not installed, or the operator may not create PodGroups: no pods (the
+            # the gang scheduler's CRD is not installed, or the operator may not create its objects: no pods (the
             # scheduler would refuse them, or schedule them one by one); say so, and try again later
-            why = (f"cannot create {obj['apiVersion']} {kind} {name} for spec.scheduling.gang ({exc.status} "
-                   f"{exc.reason}): install the scheduler's PodGroup CRD and grant the operator podgroups "
-                   f"(chart: rbac.podGroups=true); the pods are created once it exists")
+            reason, why = unit.not_created(obj, exc.status, exc.reason)
             log.warning("%s/%s: %s", ns, key[1], why)
-            if job is not None and self.pod_group_events.allow((ns, name)):
-                c.events.record(job, lifecycle.JobEvent("Warning", Reason.POD_GROUP_NOT_CREATED, why))
-            c.kick_later(key, POD_GROUP_RETRY_SECONDS)
+            if job is not None and self.gang_object_events.allow((ns, name)):
+                c.events.record(job, lifecycle.JobEvent("Warning", reason, why))
+            c.kick_later(key, CREATE_RETRY_SECONDS)
             return False
         try:
             async with self._sem:

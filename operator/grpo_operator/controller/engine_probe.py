@@ -1,5 +1,5 @@
 """The engine probe (I/O): a 1-token generation against a vLLM server kept across a trainer restart, run when
-lifecycle.decide() asks for it (Decision.probe_server, lifecycle/server_keep.py) and handed back to the next pass
+lifecycle.decide() asks for it (Decision.probe_server, lifecycle/server/keep.py) and handed back to the next pass
 (JobView.engine_probe). /health only says the API server is up (vLLM's AsyncLLM.errored); a generation goes through
 the engine's workers, which a trainer that died inside a weight sync leaves blocked in an NCCL receive.
 
@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import aiohttp
 
-from ..lifecycle.server_order import EngineProbe, ProbeVerdict
+from ..lifecycle.server.order import EngineProbe, ProbeVerdict
 from .workqueue import Key
 
 log = logging.getLogger("grpo_operator")

@@ -33,7 +33,6 @@ from typing import Any, Optional
 import kopf
 
 from .. import lifecycle
-from ..api import gang as gang_names
 from ..api.status import Phase, Reason
 from ..lifecycle import progress as progress_mod
 from ..render import manifests
@@ -59,7 +58,7 @@ VALIDATION_CACHE_SIZE = 1024
 # which is on the way.
 DELETE_RESEND_SECONDS = 5.0  # a pod delete
 FORCE_DELETE_RESEND_SECONDS = 30.0  # a grace-0 delete of a pod stuck terminating (one ForceDeleted Event per send)
-END_KUEUE_GROUP_RESEND_SECONDS = 5.0  # the retriable-in-group "false" patch that ends a Kueue pod group
+RELEASE_RESEND_SECONDS = 5.0  # the patch that has a gang scheduler release a pod's group (lifecycle/gangs Release)
 # When to look at a job again (the create path's retries: creates.py):
 REQUEUE_SLACK_SECONDS = 0.05  # after decide()'s requeue_after, so that the timer it waits for has passed
 
@@ -108,7 +107,7 @@ class Controller:
         self.probes = EngineProbes(self.kick)  # server mode: a kept vLLM server's engine probe
         self.deletes = RateLimiter(DELETE_RESEND_SECONDS)
         self.force_deletes = RateLimiter(FORCE_DELETE_RESEND_SECONDS)
-        self.group_ends = RateLimiter(END_KUEUE_GROUP_RESEND_SECONDS)
+        self.group_ends = RateLimiter(RELEASE_RESEND_SECONDS)
         self.failed_create_events = RateLimiter(refused.EVENT_WINDOW)
         self.refused_creates: dict[Key, str] = {}  # the last refused create's message per job (refused.py)
         self._passed: dict[Key, tuple[Any, Any]] = {}  # (uid, resourceVersion) the job's last pass started from
@@ -328,7 +327,7 @@ class Controller:
 
     async def _send_deletes(self, key: Key, body: dict[str, Any], dec: lifecycle.Decision,
                             pods: list[lifecycle.PodInfo]) -> None:
-        """Pod deletes (with uid preconditions), force deletes, ends of Kueue groups: each at most once per its window,
+        """Pod deletes (with uid preconditions), force deletes, releases of gang groups: each at most once per its window,
         in parallel."""
         ns = key[0]
         uids = {p.name: p.uid for p in pods}
@@ -341,9 +340,9 @@ class Controller:
             if self.force_deletes.allow((ns, pod), now):
                 self.events.record(body, lifecycle.JobEvent("Warning", Reason.FORCE_DELETED, why))
                 sends.append(self._delete_pod(ns, pod, uids.get(pod), grace_seconds=0))
-        for pod in dec.end_kueue_groups:  # decide() repeats these until the pods show the annotation
+        for pod in dec.release_pods:  # decide() repeats these until the pods show the mark
             if self.group_ends.allow((ns, pod), now):
-                sends.append(self._end_kueue_group(ns, pod))
+                sends.append(self._release_group(ns, pod, dec.release))
         if sends:
             await asyncio.gather(*sends)
 
@@ -357,34 +356,35 @@ class Controller:
             pass
 
     async def release_deleted_job(self, key: Key, body: dict[str, Any]) -> None:
-        """A job deleted at once (no finalizer of ours to wait on): its pods are still listed. End their Kueue groups
-        (so that Kueue releases the quota instead of waiting for replacement pods), then delete them ourselves rather
-        than wait for the garbage collector (best effort: the collector remains the backstop)."""
+        """A job deleted at once (no finalizer of ours to wait on): its pods are still listed. Release their gang
+        groups (so that the scheduler frees the quota instead of waiting for replacement pods), then delete them
+        ourselves rather than wait for the garbage collector (best effort: the collector remains the backstop)."""
         if self.pods is None or self.kube is None:
             return
         view = lifecycle.JobView.from_body(body)
         pods = [info for info, _ in self.pods.of(key)]
-        for pod in lifecycle.decision.deleted_job_groups(view, pods):
-            await self._end_kueue_group(key[0], pod)
+        dec = lifecycle.decision.deleted_job(view, pods)
+        for pod in dec.release_pods:
+            await self._release_group(key[0], pod, dec.release)
         uids = {p.name: p.uid for p in pods}
-        names = [n for n in lifecycle.decision.deleted_job_pods(view, pods) if self.deletes.allow((key[0], n))]
+        names = [n for n in dec.delete_pods if self.deletes.allow((key[0], n))]
         if names:
             log.info("%s/%s deleted: deleting its pods %s", key[0], key[1], ", ".join(names))
         await asyncio.gather(*(self._delete_pod(key[0], n, uids.get(n)) for n in names), return_exceptions=True)
 
-    async def _end_kueue_group(self, ns: str, pod: str) -> None:
-        """kueue.x-k8s.io/retriable-in-group: "false" on one pod ends its Kueue pod group: Kueue finishes the
-        Workload once none of the group's pods runs, releases the quota and removes its finalizers."""
+    async def _release_group(self, ns: str, pod: str, release: Optional[lifecycle.gangs.Release]) -> None:
+        """The job's gang scheduler's mark on one pod, which ends its group (lifecycle/gangs: e.g. the scheduler
+        finishes the group once none of its pods runs, releases the quota and removes its finalizers)."""
         assert self.kube is not None
+        if release is None:
+            return
         try:
             async with self._sem:
-                await self.kube.patch("Pod", ns, pod, {"metadata": {"annotations": {
-                    gang_names.KUEUE_RETRIABLE_IN_GROUP_ANNOTATION: gang_names.KUEUE_RETRIABLE_IN_GROUP_FALSE}}})
+                await self.kube.patch("Pod", ns, pod, dict(release.patch))
         except kube.NotFound:
             pass
         except kube.ApiError as exc:
-            log.warning("cannot end the Kueue pod group of pod %s/%s (%s); the operator needs patch on pods "
-                        "(chart: rbac.kueue=true)", ns, pod, exc)
+            log.warning(release.refused.format(pod=f"{ns}/{pod}", error=exc))
 
     async def _send_event(self, namespace: str, event: dict[str, Any]) -> None:
         if self.kube is not None:

@@ -18,6 +18,7 @@ from urllib.parse import quote, urlencode
 import aiohttp
 
 from .. import api
+from ..render import gangs
 from . import metrics as opmetrics
 
 log = logging.getLogger("grpo_operator.kube")
@@ -88,8 +89,8 @@ def decode_lines(buffer: bytearray, chunk: bytes) -> list[dict[str, Any]]:
             out.append(json.loads(line))
 
 
-# Objects of other API groups the operator creates (the gang schedulers' PodGroups): kind → plural.
-GROUP_PLURALS = {"PodGroup": "podgroups"}
+# Objects of other API groups the operator creates (the gang schedulers' own: render/gangs): kind → plural.
+GROUP_PLURALS = gangs.PLURALS
 # Built-in kinds outside the core group the operator creates: kind → (group/version, plural). Not GROUP_PLURALS: a
 # refusal of these is reported like a Service's (no "install the CRD" path).
 BUILTIN_PLURALS = {"NetworkPolicy": ("networking.k8s.io/v1", "networkpolicies")}

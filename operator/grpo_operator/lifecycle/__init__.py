@@ -2,8 +2,7 @@
 
     decision     decide(): the table of contents, the steps in order (room for the planned ones)
     draft        Draft (what the steps share), Decision, JobView, ValidJob, Policy
-    gang_policy  GangPolicy and its kinds (none, PodGroup, Kueue): the hooks the steps call
-    gang         the gang rules on pods (what Kueue wrote, when a restart may create the next attempt)
+    gangs        the gang schedulers (one unit each, one registry): the policy hooks the steps call
     validity     reject_invalid
     terminal     fail, keep_terminal, enforce_deadline
     suspend      suspend, resume
@@ -24,7 +23,7 @@ from .conditions import clear_condition, fmt_time, get_condition, is_true, now_u
 from .decision import STEPS, decide
 from .draft import Decision, Draft, JobEvent, JobView, Policy, ValidJob, backoff_seconds, clean_status
 from .finish import force_stuck, status_patch
-from .gang_policy import GangPolicy, KueueGang, PodGroupGang
+from .gangs import GangPolicy
 from .pods import (
                        NODE_LOST_REASONS,
                        OWNER_KIND,
@@ -44,7 +43,7 @@ from .validity import BATCH_KEYS
 
 __all__ = [
     "BATCH_KEYS", "STEPS", "Decision", "Draft", "JobEvent", "JobView", "Policy", "ValidJob", "backoff_seconds",
-    "clean_status", "decide", "force_stuck", "status_patch", "GangPolicy", "KueueGang", "PodGroupGang",
+    "clean_status", "decide", "force_stuck", "status_patch", "GangPolicy",
     "NODE_LOST_REASONS", "OWNER_KIND", "RETRYABLE_POD_REASONS", "ROLE_INITIALIZER", "ROLE_TRAINER", "ROLE_VLLM", "Failure",
     "PodInfo", "PodPhase", "PodSets", "as_int", "classify", "summarize_pod",
     "clear_condition", "fmt_time", "get_condition", "is_true", "now_utc", "parse_time", "set_condition",

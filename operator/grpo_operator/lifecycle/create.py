@@ -41,11 +41,8 @@ def create_pods(draft: Draft) -> bool:
         draft.decision.create_attempt = attempt
         draft.decision.create_pods = missing
         draft.decision.max_restarts = attempt_budget(draft)  # in-place restarts (runPolicy.restartPolicy)
-        draft.decision.kueue_group = draft.gang.group_of_new_pods(draft.pods.ours, draft.job.name, draft.job.uid,
-                                                                  attempt)
-        if set(missing) & set(expected[draft.nodes:]):  # a vLLM server too (its own group: server_order.gang_groups)
-            draft.decision.kueue_server_group = draft.gang.group_of_new_pods(
-                draft.pods.ours, draft.job.name, draft.job.uid, attempt, ROLE_VLLM)
+        # a vLLM server created too joins a group of its own (render/manifests.py _gang)
+        draft.join_groups(attempt, [ROLE_TRAINER] + ([ROLE_VLLM] if set(missing) & set(expected[draft.nodes:]) else []))
         # while the API server refuses this job's creates, nothing was created: no start, no Created claim (the
         # controller sends a job's first creates before the status that claims them, so a refusal stops that too)
         start(draft)

@@ -22,7 +22,7 @@ Failure classes (the trainer's exit-code contract):
     the pods; the operator only counts it (status.inPlaceRestarts, against backoffLimit: lifecycle/inplace.py)
 
 The steps live a module per concern (validity, terminal, suspend, restart, create, phase; the gang policy's hooks
-in gang_policy); this module is their table of contents.
+in lifecycle/gangs); this module is their table of contents.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable, Iterable
 
-from . import gang_policy
+from . import gangs
 from .create import create_pods, note_conflicts
 from .draft import Decision, Draft, JobView, Policy
 from .finish import finish
@@ -38,7 +38,7 @@ from .inplace import count_in_place
 from .phase import phase_from_pods
 from .pods import PodInfo
 from .restart import adopt_newest_attempt, delete_other_attempts, restart_or_fail, wait_for_previous_attempt
-from .server_wait import server_first
+from .server.first import server_first
 from .staging import stage
 from .stall import detect_stall
 from .suspend import resume, suspend
@@ -79,8 +79,7 @@ def decide(job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Pol
     """
     if job.deleting:  # the gang releases what it holds; the pods go now, not when the garbage collector gets to them
         pods = list(pods)
-        return Decision(status=None, end_kueue_groups=deleted_job_groups(job, pods),
-                        delete_pods=deleted_job_pods(job, pods))
+        return deleted_job(job, pods)
     draft = Draft.begin(job, pods, now, policy)
     for step in STEPS:
         if step(draft):
@@ -88,11 +87,14 @@ def decide(job: JobView, pods: Iterable[PodInfo], now: _dt.datetime, policy: Pol
     return finish(draft)
 
 
-def deleted_job_groups(job: JobView, pods: Iterable[PodInfo]) -> list[str]:
-    """A job on its way out ends its Kueue pod groups: else Kueue keeps their Workloads admitted, and the quota
-    held, waiting for replacement pods that never come (lifecycle/gang.py release_target)."""
-    policy = gang_policy.for_job(job.result.job)
-    return policy.release([p for p in pods if p.owner_uid == job.uid])
+def deleted_job(job: JobView, pods: Iterable[PodInfo]) -> Decision:
+    """A job on its way out releases what its gang holds (else a gang scheduler may keep the quota for
+    replacement pods that never come: lifecycle/gangs) and deletes its pods (deleted_job_pods)."""
+    pods = list(pods)
+    policy = gangs.for_job(job.result.job)
+    release = policy.release([p for p in pods if p.owner_uid == job.uid])
+    return Decision(status=None, release_pods=release, release=policy.releases if release else None,
+                    delete_pods=deleted_job_pods(job, pods))
 
 
 def deleted_job_pods(job: JobView, pods: Iterable[PodInfo]) -> list[str]:

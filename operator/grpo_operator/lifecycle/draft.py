@@ -15,10 +15,10 @@ from .. import api
 from ..api.status import ConditionType, Phase
 from ..render import manifests
 from ..rules import topology, validation
-from . import gang_policy
+from . import gangs
 from .conditions import clear_condition, set_condition
 from .pods import ROLE_TRAINER, ROLE_VLLM, PodInfo, PodPhase, PodSets
-from .server_order import EngineProbe, ProbeVerdict
+from .server.order import EngineProbe, ProbeVerdict
 from .stall_watch import StackRequest, StallPolicy, StallWatch
 
 
@@ -64,13 +64,14 @@ class Decision:
     events: list[JobEvent] = field(default_factory=list)
     requeue_after: Optional[float] = None
     conflicts: list[str] = field(default_factory=list)  # child names owned by something else
-    kueue_group: Optional[str] = None  # Kueue: the pod group the created trainers join (render's kueue_group)
-    kueue_server_group: Optional[str] = None  # Kueue, server mode: the vLLM server's own pod group (render's)
-    # Kueue: pods to annotate kueue.x-k8s.io/retriable-in-group: "false", which ends their group (Kueue finishes its
-    # Workload, releases the quota and removes its finalizers once none of its pods runs)
-    end_kueue_groups: list[str] = field(default_factory=list)
+    # the gang scheduler's group the created pods of each role join (role → group; render's `groups`); a role
+    # missing: render names a new group after the attempt
+    groups: dict[str, str] = field(default_factory=dict)
+    # pods to mark so that the gang scheduler releases their groups (its quota), and how (the policy's Release)
+    release_pods: list[str] = field(default_factory=list)
+    release: Optional[gangs.Release] = None
     job_status: Optional[api.GRPOJobStatus] = None  # the typed status (the API's own model)
-    probe_server: Optional[EngineProbe] = None  # server mode: run the engine probe on a kept server (server_keep.py)
+    probe_server: Optional[EngineProbe] = None  # server mode: run the engine probe on a kept server (server/keep.py)
     dump_stacks: Optional[StackRequest] = None  # a stalled attempt: ask its trainer pods for their stacks (stall.py)
 
     def requeue(self, seconds: float) -> None:
@@ -208,7 +209,7 @@ class Draft:
     current: list[PodInfo]  # pods.current, plus the pods this pass creates
     phase: Optional[Phase]  # the phase found (None after a cleared Rejected, Pending after a resume)
     valid: Optional[ValidJob]  # None: an invalid spec (reject_invalid settles the pass)
-    gang: gang_policy.GangPolicy  # chosen once per pass (lifecycle/gang_policy.py)
+    gang: gangs.GangPolicy  # chosen once per pass (lifecycle/gangs)
     refused: Optional[str] = None  # a started job that today's rules refuse: the errors (lifecycle/validity.py)
 
     @classmethod
@@ -230,7 +231,7 @@ class Draft:
         if valid is not None or refused is not None:  # the spec its pods are rendered from; a Rejected one: none
             status.specDigest = digest
         return cls(job, now, policy, status, found, decision, sets, list(sets.current), status.phase,
-                   valid, gang_policy.for_job(valid.job if valid else None), refused)
+                   valid, gangs.for_job(valid.job if valid else None), refused)
 
     # -- the valid spec (every step after reject_invalid)
     @property
@@ -289,13 +290,21 @@ class Draft:
         return attempt
 
     def end_groups(self, pods: Iterable[str]) -> None:
-        """Mark these pods to end their pod groups (each once)."""
+        """Mark these pods to end their pod groups (each once), as the gang policy releases them."""
         for name in pods:
-            if name not in self.decision.end_kueue_groups:
-                self.decision.end_kueue_groups.append(name)
+            if name not in self.decision.release_pods:
+                self.decision.release_pods.append(name)
+                self.decision.release = self.gang.releases
+
+    def join_groups(self, attempt: int, roles: Iterable[str]) -> None:
+        """The groups the `roles` pods created now join (the gang policy's choice; none without one)."""
+        for role in roles:
+            group = self.gang.group_of_new_pods(self.pods.ours, self.job.name, self.job.uid, attempt, role)
+            if group:
+                self.decision.groups[role] = group
 
     def release_gang(self, pods: Optional[Iterable[PodInfo]] = None) -> None:
-        """A job that gives up or is suspended releases what its gang holds (Kueue: ends its pod groups); `pods`:
+        """A job that gives up or is suspended releases what its gang holds (its scheduler's groups); `pods`:
         only these pods' groups (default: all of the job's)."""
         self.end_groups(self.gang.release(self.pods.ours if pods is None else pods))
 

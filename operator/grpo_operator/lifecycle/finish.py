@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from .. import api
 from ..api.status import ConditionType, Phase, Reason
-from . import gang
+from . import gangs
 from .create import refused_creates
 from .draft import Decision, Draft, JobEvent, Policy
 from .pods import PodInfo
@@ -53,8 +53,8 @@ def force_stuck(pods: Iterable[PodInfo], now: _dt.datetime, policy: Policy, deci
     for p in pods:
         if not p.deleting or p.deletion_due is None or p.synthetic:
             continue
-        if p.gang.kueue_group and gang.kueue_inactive(p):
-            continue  # held by Kueue's finalizer until its replacement exists, not by a lost kubelet
+        if gangs.held(p):
+            continue  # held by the gang scheduler's finalizer on purpose, not by a lost kubelet
         late = (now - p.deletion_due).total_seconds()
         if late >= policy.force_delete_after:
             decision.force_delete_pods.append((p.name, f"pod {p.name} was still terminating {late:.0f}s after its "

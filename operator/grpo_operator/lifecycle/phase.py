@@ -59,8 +59,8 @@ def succeeded(draft: Draft) -> bool:
 
 
 def release_servers(draft: Draft) -> None:
-    """A succeeded job's vLLM server ends its own gang (Kueue: the server's pod group, which would otherwise hold its
-    quota waiting for a replacement of the deleted server); the trainers' group finished with them."""
+    """A succeeded job's vLLM server ends its own gang (a scheduler's group of its own, which would otherwise hold
+    its quota waiting for a replacement of the deleted server); the trainers' group finished with them."""
     draft.release_gang([p for p in draft.pods.ours if p.role != ROLE_TRAINER])
 
 
@@ -75,22 +75,21 @@ def scheduling(draft: Draft, current: list[PodInfo]) -> tuple[list[PodInfo], lis
         draft.clear(ConditionType.UNSCHEDULABLE, Reason.SCHEDULED, "all pods are scheduled")
     gated = draft.gang.queued(current)
     if gated:
-        draft.set(ConditionType.QUEUED, "True", Reason.WAITING_FOR_KUEUE,
-                  f"{len(gated)} pod(s) wait for Kueue to admit their pod group (queue {draft.gang.queue()})")
+        draft.set(ConditionType.QUEUED, "True", *draft.gang.queued_condition(gated))
     else:
-        draft.clear(ConditionType.QUEUED, Reason.ADMITTED, "Kueue admitted the pod group")
+        draft.clear(ConditionType.QUEUED, Reason.ADMITTED, draft.gang.admitted)
     return unschedulable, gated
 
 
-def pending_message(head: str, current: list[PodInfo], unschedulable: list[PodInfo], gated: list[str],
-                    group: str = "the pod group") -> str:
-    """`head`, and why the pods wait: the first unschedulable pod's scheduler message, Kueue's gate (on `group`), or
-    the first waiting pod's kubelet reason (the trainers' Pending here, the vLLM server's in server_wait.py)."""
+def pending_message(head: str, current: list[PodInfo], unschedulable: list[PodInfo], queued: str) -> str:
+    """`head`, and why the pods wait: the first unschedulable pod's scheduler message, the gang scheduler's note
+    while pods wait at its gate (`queued`, "" when none does), or the first waiting pod's kubelet reason (the
+    trainers' Pending here, the vLLM server's in server/first.py)."""
     waiting = [p for p in current if p.waiting]
     if unschedulable:
         return f"{head}; unschedulable: {unschedulable[0].unschedulable}"
-    if gated:
-        return f"{head}; queued: waiting for Kueue to admit {group}"
+    if queued:
+        return head + queued
     if waiting:
         return f"{head}; {waiting[0].name}: {waiting[0].waiting}"
     return head
@@ -103,7 +102,7 @@ def _pending(draft: Draft, current: list[PodInfo], unschedulable: list[PodInfo],
     waiting = [p for p in current if p.waiting]
     running = sum(1 for p in current if p.phase in (PodPhase.RUNNING, PodPhase.SUCCEEDED))
     message = pending_message(f"{running}/{len(draft.expected)} pod(s) running (attempt {attempt})", current,
-                              unschedulable, gated)
+                              unschedulable, draft.gang.queued_note(server=False) if gated else "")
     draft.status.message = message
     if waiting and not unschedulable:
         # The kubelet's own reason (ErrImagePull, ImagePullBackOff, ErrImageNeverPull, CreateContainerConfigError…)

@@ -15,8 +15,8 @@ from .. import api
 from ..api.status import Reason, signal_reason
 from ..render import manifests
 from .conditions import parse_time
-from .gang import GangFacts
-from .gang import facts as gang_facts
+from .gangs import GangFacts
+from .gangs import facts as gang_facts
 
 ROLE_TRAINER = contract.ROLE_TRAINER
 ROLE_VLLM = contract.ROLE_VLLM
@@ -63,7 +63,7 @@ class PodInfo:
     ready: bool = False  # the Ready condition (a vLLM server's /health readiness probe passes)
     start_time: Optional[_dt.datetime] = None  # status.startTime: the kubelet accepted the pod
     ip: Optional[str] = None  # status.podIP (a kept vLLM server's engine probe dials it)
-    gang: GangFacts = GangFacts()  # what Kueue's gate, group, retriable flag and TerminationTarget say (gang.py)
+    gang: GangFacts = GangFacts()  # what the gang scheduler wrote on the pod (lifecycle/gangs)
 
     @property
     def started(self) -> bool:
@@ -209,7 +209,7 @@ class PodSets:
     initializer    ours, the spec.cache download pod (one per job, not per attempt): kept out of the attempts, so it
                    is never counted, restarted or replaced as a trainer (lifecycle/staging.py owns it)
 
-    A vLLM server kept across trainer restarts (status.vllmServerAttempt, lifecycle/server_keep.py) keeps the attempt
+    A vLLM server kept across trainer restarts (status.vllmServerAttempt, lifecycle/server/keep.py) keeps the attempt
     that created it: it is current while its attempt is the recorded server attempt, else of another attempt.
     """
 

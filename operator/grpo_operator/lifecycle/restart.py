@@ -6,10 +6,11 @@ from __future__ import annotations
 import datetime as _dt
 
 from ..api.status import ConditionType, Phase, Reason
-from . import inplace, server_keep
+from . import gangs, inplace
 from .conditions import parse_time
 from .draft import Draft, backoff_seconds
 from .pods import ROLE_TRAINER, Failure, PodPhase, classify
+from .server import keep as server_keep
 from .terminal import fail
 
 
@@ -65,8 +66,8 @@ def restart_or_fail(draft: Draft) -> bool:
 
 def restart_for(draft: Draft, failures: list[Failure]) -> bool:
     """These failures of the current attempt: Failed (a permanent one, or runPolicy.backoffLimit used up), else a
-    gang restart of every pod after a backoff (lifecycle/server_wait.py's start-up deadline comes here too); in
-    server mode a healthy vLLM server is kept and only the trainers restart (lifecycle/server_keep.py)."""
+    gang restart of every pod after a backoff (lifecycle/server/first.py's start-up deadline comes here too); in
+    server mode a healthy vLLM server is kept and only the trainers restart (lifecycle/server/keep.py)."""
     status, run = draft.status, draft.spec.runPolicy
     limit = run.backoffLimit
     permanent = [f for f in failures if not f.retryable]
@@ -103,17 +104,17 @@ def requeue_after_eviction(draft: Draft, evicted: str) -> bool:
     status.vllmServerAttempt = None  # the next attempt starts with its own server (an eviction is no failure evidence)
     attempt = draft.next_attempt(charged=False)
     status.phase = Phase.RESTARTING
-    status.message = (f"Kueue evicted the pods ({evicted}); attempt {attempt} waits for Kueue to admit the group "
-                         "again (not counted against runPolicy.backoffLimit)")
-    draft.set(ConditionType.RESTARTING, "True", Reason.EVICTED_BY_KUEUE, status.message, force_transition=True)
-    draft.clear(ConditionType.RUNNING, Reason.EVICTED_BY_KUEUE, "Kueue evicted the pods")
+    status.message = draft.gang.eviction_message(evicted, attempt)
+    reason = draft.gang.eviction_reason
+    draft.set(ConditionType.RESTARTING, "True", reason, status.message, force_transition=True)
+    draft.clear(ConditionType.RUNNING, reason, draft.gang.eviction_summary())
     draft.delete(draft.pods.ours)
     return True
 
 
 def wait_for_previous_attempt(draft: Draft) -> bool:
     """The next attempt starts once the older attempt's pods are out of the way (as the gang policy requires:
-    gone, or under Kueue settled, lifecycle/gang.py says why) and the backoff has run out."""
+    gone, or settled: lifecycle/gangs says why) and the backoff has run out."""
     if draft.pods.other_attempt:
         ready, ending = draft.gang.ready_to_replace(draft.pods.other_attempt)
         draft.end_groups(ending)
@@ -125,7 +126,7 @@ def wait_for_previous_attempt(draft: Draft) -> bool:
     if not draft.is_true(ConditionType.RESTARTING) or any(p.attempt == draft.pods.attempt for p in draft.pods.current):
         return False
     restarting = draft.condition(ConditionType.RESTARTING)
-    if restarting is not None and restarting.reason == Reason.EVICTED_BY_KUEUE:
+    if restarting is not None and restarting.reason in gangs.EVICTION_REASONS:
         return False  # the scheduler's own queue is the wait
     since = parse_time(restarting.lastTransitionTime if restarting is not None else None)
     charged = draft.pods.attempt - draft.requeues

@@ -1,11 +1,11 @@
 """render(): every object the operator creates for a job (pure and deterministic) — the operator, `grpojob render`
 and the tests call this one. manifests.core_objects(), with spec.cache's download pod (render/initializer.py: one per
-job, outside the gang, so not in the PodGroup) right after the ConfigMap it mounts and the headless Service.
+job, outside the gang, so in none of its groups) right after the ConfigMap it mounts and the headless Service.
 A module of its own because the initializer builds on manifests' helpers."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from .. import api
@@ -16,17 +16,17 @@ from . import cache, initializer, manifests, netpol, pod_template
 def render(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
            image: str = manifests.DEFAULT_TRAINER_IMAGE, attempt: int = 0,
            metrics_port: int = manifests.DEFAULT_METRICS_PORT,
-           kueue_group: Optional[str] = None, kueue_server_group: Optional[str] = None,
+           groups: Optional[Mapping[str, str]] = None,
            network_policy: Optional[netpol.Access] = None, staged: Sequence[api.StagedRevision] = (),
            cpu_image: Optional[str] = None, max_restarts: Optional[int] = None) -> list[dict[str, Any]]:
     """In creation order: the job's NetworkPolicy (with `network_policy`: who else may reach the pods; None: no
     policy), ConfigMap, Service, the download pod (spec.cache with something from the Hub), the vLLM server's
-    Service, the PodGroup of spec.scheduling.gang, pods (other arguments: manifests.core_objects). `staged`: the
+    Service, the gang scheduler's objects, pods (other arguments: manifests.core_objects). `staged`: the
     commits spec.cache's staging recorded (status.stagedRevisions), which the trainer and vLLM pods load (cache.pin). The
     download pod runs the trainers' image (pod_template.pick_image): the one their nodes pull anyway."""
     objs = manifests.core_objects(job, topo, namespace, uid=uid, image=image, attempt=attempt,
-                                  metrics_port=metrics_port, kueue_group=kueue_group,
-                                  kueue_server_group=kueue_server_group, cpu_image=cpu_image, max_restarts=max_restarts)
+                                  metrics_port=metrics_port, groups=groups, cpu_image=cpu_image,
+                                  max_restarts=max_restarts)
     cache.pin(job, objs, staged)
     stage_image = pod_template.pick_image(job, bool(topo.gpu_resource), image, cpu_image)
     objs[2:2] = initializer.render_initializer(job, namespace, uid=uid, image=stage_image, metrics_port=metrics_port)

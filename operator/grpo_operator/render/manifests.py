@@ -6,6 +6,7 @@ The operator, `grpojob render` and `grpojob run --local` all call these function
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Optional
 
@@ -13,13 +14,13 @@ from grpo_trainer import contract
 
 from .. import api
 from ..rules import restarts, topology
-from . import cache, parallelism, pod_template, podgroup, vllm_server
+from . import cache, gangs, parallelism, pod_template, vllm_server
 from .names import MAX_BASE as MAX_BASE
 from .names import Names as Names
 from .names import names as names
 from .names import pod_name as pod_name
 from .names import pod_names as pod_names
-from .podgroup import parse_quantity
+from .quantities import parse_quantity
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/grpo-operator/grpo-trainer:0.1.0"  # the CUDA image
 DEFAULT_CPU_TRAINER_IMAGE = DEFAULT_TRAINER_IMAGE + "-cpu"
@@ -35,7 +36,7 @@ LABEL_ATTEMPT = contract.LABEL_ATTEMPT  # so that clients can select one attempt
 ANNOTATION_ATTEMPT, ANNOTATION_JOB = contract.ANNOTATION_ATTEMPT, contract.ANNOTATION_JOB
 ROLE_TRAINER, ROLE_VLLM = contract.ROLE_TRAINER, contract.ROLE_VLLM
 TRAINER_CONTAINER, VLLM_CONTAINER = "trainer", "vllm"  # container names (logs, resourceFieldRef)
-PASS_THROUGH_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
+PASS_THROUGH_LABELS = gangs.PASS_THROUGH_LABELS  # the job's labels its pods carry too (a gang scheduler's)
 
 # torchrun itself exits 1 whenever a worker fails, which reads as "permanent"; grpo_trainer.launch is torchrun's own
 # launcher run in-process that exits with the workers' contract code instead (docs/trainer.md).
@@ -374,17 +375,16 @@ def vllm_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
 
 def core_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, uid: str = "",
            image: str = DEFAULT_TRAINER_IMAGE, attempt: int = 0,
-           metrics_port: int = DEFAULT_METRICS_PORT, kueue_group: Optional[str] = None,
-           kueue_server_group: Optional[str] = None, cpu_image: Optional[str] = None,
-           max_restarts: Optional[int] = None) -> list[dict[str, Any]]:
-    """The job's own objects, in creation order: ConfigMap, Services, the PodGroup of spec.scheduling.gang, pods.
+           metrics_port: int = DEFAULT_METRICS_PORT, groups: Optional[Mapping[str, str]] = None,
+           cpu_image: Optional[str] = None, max_restarts: Optional[int] = None) -> list[dict[str, Any]]:
+    """The job's own objects, in creation order: ConfigMap, Services, the gang scheduler's objects, pods.
     Not everything the operator creates: render/job.py's render() adds spec.cache's download pod and the job's
     NetworkPolicy, and that one is what the operator, `grpojob render` and the operator bench call.
 
     `metrics_port`: the trainer's Prometheus port (config JSON progress.metricsPort and the pods' `metrics`
-    containerPort); 0 turns the trainer's metrics, and with them status.progress, off. `kueue_group`: under Kueue,
-    the pod group the trainers join (the lifecycle's choice; default: a new group named after this attempt), and
-    `kueue_server_group` the vLLM server's own group in server mode (default: a new one named after this attempt).
+    containerPort); 0 turns the trainer's metrics, and with them status.progress, off. `groups`: the gang
+    scheduler's group each role's pods join, by role (the lifecycle's choice, Decision.groups; a role missing: a new
+    group named after this attempt).
     `image`, `cpu_image`: the operator's CUDA and CPU trainer images (pick_image; spec.image wins). `max_restarts`:
     the attempt's in-place restarts (torchrun_argv; None: a new job's, rules/restarts.py)."""
     objs: list[dict[str, Any]] = [config_map(job, namespace, uid=uid, metrics_port=metrics_port),
@@ -393,31 +393,27 @@ def core_objects(job: api.GRPOJob, topo: topology.Topology, namespace: str, *, u
         objs += vllm_objects(job, topo, namespace, uid=uid, image=image, attempt=attempt, cpu_image=cpu_image)
     objs += [trainer_pod(job, topo, namespace, r, uid=uid, image=image, attempt=attempt, metrics_port=metrics_port,
                          cpu_image=cpu_image, max_restarts=max_restarts) for r in range(topo.nodes)]
-    return _gang(job, namespace, objs, uid=uid, attempt=attempt, kueue_group=kueue_group,
-                 kueue_server_group=kueue_server_group)
+    return _gang(job, namespace, objs, uid=uid, attempt=attempt, groups=groups or {})
 
 
 def _gang(job: api.GRPOJob, namespace: str, objs: list[dict[str, Any]], *, uid: str, attempt: int,
-          kueue_group: Optional[str], kueue_server_group: Optional[str] = None) -> list[dict[str, Any]]:
-    """Gang admission/scheduling (render/podgroup.py): under Kueue the pod group; with spec.scheduling.gang the
-    PodGroup, placed before the pods. (Per-attempt pod names under Kueue: pod_name.)"""
+          groups: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Gang admission/scheduling: each scheduler that takes the job (render/gangs) marks the pods and adds its
+    objects, placed before the pods. (Per-attempt pod names: pod_name.)"""
     n = names(job.metadata.name or "")
-    # server mode creates the server before the trainers (lifecycle/server_wait.py): a gang that counted it would
-    # hold it (a PodGroup at Permit, Kueue at its gate) until the trainers exist, so the gang is the trainers; under
-    # Kueue the server forms a pod group of its own (server_order.gang_groups)
+    # server mode creates the server before the trainers (lifecycle/server/first.py): a gang that counted it would
+    # hold it (at the scheduler's gate or Permit) until the trainers exist, so the gang is the trainers; a scheduler
+    # that admits the server gives it a group of its own
     pods = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["labels"].get(LABEL_ROLE) != ROLE_VLLM]
     servers = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["labels"].get(LABEL_ROLE) == ROLE_VLLM]
-    group = kueue_group or podgroup.kueue_group_name(n.base, uid, attempt)
-    for pod in pods:
-        podgroup.decorate_pod(pod, job, pod_group_name=n.base, kueue_group=group, total=len(pods))
-    if podgroup.kueue_queue(job) is not None:
-        server_group = kueue_server_group or podgroup.kueue_group_name(n.base, uid, attempt, server=True)
-        for pod in servers:
-            podgroup.decorate_pod(pod, job, pod_group_name=n.base, kueue_group=server_group, total=len(servers))
     labels = {k: v for k, v in _labels(job, n, ROLE_TRAINER).items()
               if k not in (LABEL_ROLE, "app.kubernetes.io/component", "app.kubernetes.io/name")}
-    pg = podgroup.pod_group(job, pods, name=n.base, namespace=namespace, labels=labels,
-                            annotations={ANNOTATION_JOB: job.metadata.name or ""}, uid=uid)
-    if pg is not None:
-        objs.insert(next(i for i, o in enumerate(objs) if o["kind"] == "Pod"), pg)
+    added: list[dict[str, Any]] = []
+    for unit in gangs.selected(job):
+        unit.decorate(job, pods, servers, base=n.base, uid=uid, attempt=attempt, groups=groups)
+        added += unit.objects(job, pods, name=n.base, namespace=namespace, labels=labels,
+                              annotations={ANNOTATION_JOB: job.metadata.name or ""}, uid=uid)
+    if added:
+        at = next(i for i, o in enumerate(objs) if o["kind"] == "Pod")
+        objs[at:at] = added
     return objs

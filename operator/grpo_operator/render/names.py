@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from .. import api
-from . import podgroup
+from . import gangs
 
 # Pod hostnames are DNS labels (≤ 63): "<base>-node-<rank>" with rank < 1024 needs 10 characters.
 MAX_BASE = 52
@@ -39,9 +39,9 @@ class Names:
 
 
 def pod_name(job: api.GRPOJob, stable: str, attempt: int) -> str:
-    """The one function that names a pod, from its stable name (its hostname: Names.pod / Names.vllm_pod): under
-    Kueue every attempt has its own names (render/podgroup.py attempt_pod_name), else the stable name."""
-    return podgroup.attempt_pod_name(stable, attempt, kueue=podgroup.kueue_queue(job) is not None)
+    """The one function that names a pod, from its stable name (its hostname: Names.pod / Names.vllm_pod): a gang
+    scheduler may give every attempt its own names (render/gangs: RenderGang.attempt_names), else the stable name."""
+    return gangs.pod_name(job, stable, attempt)
 
 
 def pod_names(job: api.GRPOJob, nodes: int, attempt: int = 0) -> list[str]:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from grpo_operator.controller.engine_probe import EngineProbes, generate_one_token
-from grpo_operator.lifecycle.server_order import EngineProbe
+from grpo_operator.lifecycle.server.order import EngineProbe
 from tests.support.fake_vllm import FakeVllm
 
 

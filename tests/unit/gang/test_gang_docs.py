@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from grpo_operator.api import gang as g
-from grpo_operator.render import manifests, podgroup
+from grpo_operator.render import manifests
+from grpo_operator.render.gangs import kueue
 from grpo_operator.rules import validation
 
 REPO = Path(__file__).resolve().parents[3]
@@ -42,7 +43,7 @@ def rendered(mode: str, attempt: int) -> list[dict[str, Any]]:
     res = validation.validate(doc)
     assert res.valid, res.summary()
     return manifests.core_objects(res.job, res.topology, "team-a", uid=UID, attempt=attempt,
-                            kueue_group=podgroup.kueue_group_name("qwen7b-math", UID, 0) if mode == "kueue" else None)
+                            groups={"trainer": kueue.group_name("qwen7b-math", UID, 0)} if mode == "kueue" else None)
 
 
 def test_the_docs_have_a_block_per_mode() -> None:

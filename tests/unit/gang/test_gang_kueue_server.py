@@ -13,7 +13,7 @@ import pytest
 
 from grpo_operator import lifecycle as lc
 from grpo_operator.api import gang as g
-from grpo_operator.lifecycle import server_order as so
+from grpo_operator.lifecycle.server import order as so
 from grpo_operator.render import manifests
 from grpo_operator.rules import validation
 from tests.support.jobs import job_body, pod_body
@@ -73,7 +73,7 @@ def test_the_server_is_created_first_in_a_group_of_its_own_and_the_trainers_once
     b = body()
     d = decide(b, [])
     assert d.create_pods == ["job-vllm-0"] and d.create_attempt == 0
-    assert d.kueue_server_group == SERVER_GROUP and d.kueue_group is None
+    assert d.groups.get("vllm-server") == SERVER_GROUP and d.groups.get("trainer") is None
     assert d.status["phase"] == "Pending" and cond(d, "Running")["reason"] == so.WAITING_FOR_SERVER
 
     # Kueue holds the server's group at its gate: queued, no trainer
@@ -90,8 +90,8 @@ def test_the_server_is_created_first_in_a_group_of_its_own_and_the_trainers_once
     # Ready: the trainers, in the trainers' own group (a second Workload), the server untouched
     b = then(b, d)
     d = decide(b, [server()], T0 + dt.timedelta(seconds=3))
-    assert d.create_pods == ["job-node-0", "job-node-1"] and d.kueue_group == TRAINER_GROUP
-    assert d.kueue_server_group is None and not d.delete_pods
+    assert d.create_pods == ["job-node-0", "job-node-1"] and d.groups.get("trainer") == TRAINER_GROUP
+    assert d.groups.get("vllm-server") is None and not d.delete_pods
 
     b = then(b, d)
     d = decide(b, [server(), *trainers()], T0 + dt.timedelta(seconds=4))
@@ -109,8 +109,8 @@ def test_render_puts_the_server_and_the_trainers_in_two_groups() -> None:
     assert groups == {"job-vllm-0": (SERVER_GROUP, "1"), "job-node-0": (TRAINER_GROUP, "2"),
                       "job-node-1": (TRAINER_GROUP, "2")}
     assert all(p["metadata"]["labels"][g.KUEUE_QUEUE_LABEL] == "team-a" for p in pods)  # one queue, two Workloads
-    again = manifests.core_objects(res.job, res.topology, "ns", uid=UID, attempt=2, kueue_group=TRAINER_GROUP,
-                             kueue_server_group=SERVER_GROUP)
+    again = manifests.core_objects(res.job, res.topology, "ns", uid=UID, attempt=2,
+                             groups={"trainer": TRAINER_GROUP, "vllm-server": SERVER_GROUP})
     assert {p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL] for p in again if p["kind"] == "Pod"} == {
         SERVER_GROUP, TRAINER_GROUP}  # replacements join the lifecycle's groups
 
@@ -119,7 +119,7 @@ def test_a_trainer_exit_137_refills_the_trainers_group_and_keeps_the_server() ->
     b = body(dict(RUNNING))
     d = decide(b, [server(), kpod(0, "Failed", exit_code=137), kpod(1)])
     assert sorted(d.delete_pods) == ["job-node-0", "job-node-1"] and d.status["vllmServerAttempt"] == 0
-    assert d.status["restarts"] == 1 and not d.end_kueue_groups  # no group ends: the server's Workload stays
+    assert d.status["restarts"] == 1 and not d.release_pods  # no group ends: the server's Workload stays
 
     # Kueue's finalizer keeps the old trainers (Failed) until their replacements exist: they are waited for only
     # until settled, then (the backoff over) the kept server's engine is checked
@@ -133,7 +133,7 @@ def test_a_trainer_exit_137_refills_the_trainers_group_and_keeps_the_server() ->
     d = decide(b, [server(), *old], T0 + dt.timedelta(seconds=12),
                engine_probe=so.ProbeVerdict("pod-job-vllm-0-0", 1, True))
     assert d.create_pods == ["job-node-0-a1", "job-node-1-a1"] and d.create_attempt == 1
-    assert d.kueue_group == TRAINER_GROUP and d.kueue_server_group is None and not d.delete_pods
+    assert d.groups.get("trainer") == TRAINER_GROUP and d.groups.get("vllm-server") is None and not d.delete_pods
 
     # running: the kept server (attempt 0, named for it) is the current attempt's, not a missing pod
     b = then(b, d)
@@ -151,12 +151,12 @@ def test_a_server_failure_replaces_both_server_first() -> None:
     b = then(b, d)
     old = [server("Failed", exit_code=1), *trainers("Failed", exit_code=143, deleting=True)]
     d = decide(b, old, T0 + dt.timedelta(seconds=11))
-    assert d.create_pods == ["job-vllm-0-a1"] and d.create_attempt == 1 and d.kueue_server_group == SERVER_GROUP
+    assert d.create_pods == ["job-vllm-0-a1"] and d.create_attempt == 1 and d.groups.get("vllm-server") == SERVER_GROUP
 
     # the new server Ready: the trainers replace theirs in the trainers' group
     b = then(b, d)
     d = decide(b, [*old, server(attempt=1)], T0 + dt.timedelta(seconds=12))
-    assert d.create_pods == ["job-node-0-a1", "job-node-1-a1"] and d.kueue_group == TRAINER_GROUP
+    assert d.create_pods == ["job-node-0-a1", "job-node-1-a1"] and d.groups.get("trainer") == TRAINER_GROUP
 
 
 def test_a_server_that_exited_0_on_its_delete_ends_its_group_and_the_next_server_starts_a_new_one() -> None:
@@ -165,10 +165,10 @@ def test_a_server_that_exited_0_on_its_delete_ends_its_group_and_the_next_server
     b = body({**RUNNING, "phase": "Restarting", "restarts": 1})
     old = [server("Succeeded", exit_code=0, deleting=True), *trainers("Failed", exit_code=143, deleting=True)]
     d = decide(b, old, T0 + dt.timedelta(minutes=5))
-    assert d.end_kueue_groups == ["job-vllm-0"] and not d.create_pods
+    assert d.release_pods == ["job-vllm-0"] and not d.create_pods
     ended = [server("Succeeded", exit_code=0, deleting=True, unretriable=True), *old[1:]]
     d = decide(then(b, d), ended, T0 + dt.timedelta(minutes=5))
-    assert d.create_pods == ["job-vllm-0-a1"] and d.kueue_server_group == "job-uid1-vllm-a1"
+    assert d.create_pods == ["job-vllm-0-a1"] and d.groups.get("vllm-server") == "job-uid1-vllm-a1"
 
 
 @pytest.mark.parametrize("how", ["suspend", "deadline", "give-up"])
@@ -179,25 +179,25 @@ def test_suspend_the_deadline_and_give_up_end_both_groups(how: str) -> None:
     d = decide(body(status, **kw), pods)
     assert "job-vllm-0" in d.delete_pods
     # one pod per group marked retriable-in-group: "false": Kueue finishes both Workloads and frees their quota
-    assert sorted(d.end_kueue_groups) == ["job-node-0-a1", "job-vllm-0"]
+    assert sorted(d.release_pods) == ["job-node-0-a1", "job-vllm-0"]
 
 
 def test_success_ends_the_servers_group() -> None:
     d = decide(body(dict(RUNNING)), [server(), *trainers("Succeeded", exit_code=0)])
     assert d.status["phase"] == "Succeeded" and d.delete_pods == ["job-vllm-0"]
-    assert d.end_kueue_groups == ["job-vllm-0"]  # the trainers' group finished with its pods
+    assert d.release_pods == ["job-vllm-0"]  # the trainers' group finished with its pods
     done = {**RUNNING, "phase": "Succeeded", "completionTime": "2030-01-01T12:00:00Z"}
     d = decide(body(done), [server(deleting=True), *trainers("Succeeded", exit_code=0)], T0 + dt.timedelta(seconds=1))
-    assert d.end_kueue_groups == ["job-vllm-0"]  # repeated until the pod shows it
+    assert d.release_pods == ["job-vllm-0"]  # repeated until the pod shows it
     d = decide(body(done), [server("Failed", deleting=True, unretriable=True), *trainers("Succeeded", exit_code=0)])
-    assert d.end_kueue_groups == []
+    assert d.release_pods == []
 
 
 def test_deleting_the_job_ends_both_groups() -> None:
     b = body(dict(RUNNING))
     b["metadata"]["deletionTimestamp"] = "2030-01-01T12:00:00Z"
     d = decide(b, [server(), *trainers()])
-    assert sorted(d.end_kueue_groups) == ["job-node-0", "job-vllm-0"]
+    assert sorted(d.release_pods) == ["job-node-0", "job-vllm-0"]
 
 
 def test_a_kueue_eviction_replaces_both_without_charging_the_job() -> None:
@@ -229,12 +229,12 @@ def test_a_job_from_an_older_release_with_one_shared_group_restarts_all_into_two
     old = [server("Failed", group=TRAINER_GROUP, exit_code=143, deleting=True),
            *trainers("Failed", exit_code=143, deleting=True)]
     d = decide(b, old, T0 + dt.timedelta(seconds=11))
-    assert len(d.end_kueue_groups) == 1 and not d.create_pods  # the shared group ends first
+    assert len(d.release_pods) == 1 and not d.create_pods  # the shared group ends first
     old = [server("Failed", group=TRAINER_GROUP, exit_code=143, deleting=True, unretriable=True), *old[1:]]
     d = decide(then(b, d), old, T0 + dt.timedelta(seconds=12))
-    assert d.create_pods == ["job-vllm-0-a1"] and d.kueue_server_group == "job-uid1-vllm-a1"
+    assert d.create_pods == ["job-vllm-0-a1"] and d.groups.get("vllm-server") == "job-uid1-vllm-a1"
     d = decide(then(b, d), [*old, server(attempt=1, group="job-uid1-vllm-a1")], T0 + dt.timedelta(seconds=13))
-    assert d.create_pods == ["job-node-0-a1", "job-node-1-a1"] and d.kueue_group == "job-uid1-a1"
+    assert d.create_pods == ["job-node-0-a1", "job-node-1-a1"] and d.groups.get("trainer") == "job-uid1-a1"
 
 
 @pytest.mark.parametrize("how", ["eviction", "suspend"])
@@ -260,5 +260,5 @@ def test_a_kept_server_ended_by_an_eviction_or_a_suspend_is_not_reported_wedged(
     d = decide(b, ran, T0 + dt.timedelta(seconds=1))
     assert d.create_pods == ["job-vllm-0-a2"] and not any(e.reason == so.SERVER_WEDGED for e in d.events)
     # after a suspend the ended groups are not joined again; after an eviction the server's group is
-    assert d.kueue_server_group == ("job-uid1-vllm-a2" if how == "suspend" else SERVER_GROUP)
+    assert d.groups.get("vllm-server") == ("job-uid1-vllm-a2" if how == "suspend" else SERVER_GROUP)
 

@@ -59,9 +59,9 @@ def running(attempt: int = 0, group: str = GROUP) -> list[lc.PodInfo]:
 def test_the_first_pods_form_a_new_group_named_after_the_job_and_run() -> None:
     dec = decide(job(), [])
     assert dec.create_attempt == 0 and dec.create_pods == ["job-node-0", "job-node-1"]
-    assert dec.kueue_group == GROUP
+    assert dec.groups.get("trainer") == GROUP
     dec = decide(job(labels=None), [])
-    assert dec.kueue_group is None  # no Kueue, no group
+    assert dec.groups.get("trainer") is None  # no Kueue, no group
 
 
 def test_queued_while_gated_then_admitted() -> None:
@@ -107,7 +107,7 @@ def test_kueue_gang_restart_waits_for_failed_not_for_gone() -> None:
     old = [kpod(0, "Failed", exit_code=143, deleting=True), kpod(1, "Failed", exit_code=137, deleting=True)]
     dec = decide(body, old, LATER)
     assert dec.create_attempt == 1 and dec.create_pods == ["job-node-0-a1", "job-node-1-a1"]
-    assert dec.kueue_group == GROUP  # replacements join the group: its Workload keeps the quota
+    assert dec.groups.get("trainer") == GROUP  # replacements join the group: its Workload keeps the quota
     assert dec.force_delete_pods == []  # held by Kueue's finalizer, not by a lost kubelet: never forced
     # the replacements exist: the old pods are neither deleted again nor in the way
     new = [kpod(r, "Pending", attempt=1, gated=True, node=False) for r in range(2)]
@@ -137,11 +137,11 @@ def test_a_succeeded_old_pod_ends_its_group_and_the_next_attempt_starts_a_new_on
     body, _ = restart(job())
     old = [kpod(0, "Succeeded", exit_code=0, deleting=True), kpod(1, "Failed", exit_code=137, deleting=True)]
     dec = decide(body, old, LATER)
-    assert not dec.create_pods and dec.end_kueue_groups == ["job-node-0"]
+    assert not dec.create_pods and dec.release_pods == ["job-node-0"]
     old = [kpod(0, "Succeeded", exit_code=0, deleting=True, unretriable=True),
            kpod(1, "Failed", exit_code=137, deleting=True)]
     dec = decide(body, old, LATER)
-    assert dec.create_pods == ["job-node-0-a1", "job-node-1-a1"] and dec.kueue_group == "job-uid1-a1"
+    assert dec.create_pods == ["job-node-0-a1", "job-node-1-a1"] and dec.groups.get("trainer") == "job-uid1-a1"
 
 
 def test_kueue_eviction_is_free_and_immediate() -> None:
@@ -154,7 +154,7 @@ def test_kueue_eviction_is_free_and_immediate() -> None:
     body = then(body, dec)
     ended = [kpod(r, "Failed", exit_code=143, deleting=True, evicted="WorkloadEvicted") for r in range(2)]
     dec = decide(body, ended, T0)  # no backoff
-    assert dec.create_pods == ["job-node-0-a1", "job-node-1-a1"] and dec.kueue_group == GROUP
+    assert dec.create_pods == ["job-node-0-a1", "job-node-1-a1"] and dec.groups.get("trainer") == GROUP
     # a real failure later still has its own budget counted without the eviction: 0 left → Failed
     body = then(body, dec)
     dec = decide(body, ended + [kpod(0, attempt=1), kpod(1, "Failed", attempt=1, exit_code=137)], T0)
@@ -172,16 +172,16 @@ def test_the_backoff_limit_counts_only_the_jobs_own_failures() -> None:
 def test_giving_up_ends_the_group_once() -> None:
     body = job(backoff_limit=0)
     dec = decide(body, [kpod(0), kpod(1, "Failed", exit_code=137)])
-    assert dec.status["phase"] == "Failed" and dec.end_kueue_groups == ["job-node-0"]
+    assert dec.status["phase"] == "Failed" and dec.release_pods == ["job-node-0"]
     body = then(body, dec)
     # a lost patch is sent again; once a pod carries the annotation, nothing more
-    assert decide(body, [kpod(0, deleting=True), kpod(1, "Failed", exit_code=137)]).end_kueue_groups == ["job-node-1"]
-    assert decide(body, [kpod(0, deleting=True), kpod(1, "Failed", exit_code=137, unretriable=True)]).end_kueue_groups == []
+    assert decide(body, [kpod(0, deleting=True), kpod(1, "Failed", exit_code=137)]).release_pods == ["job-node-1"]
+    assert decide(body, [kpod(0, deleting=True), kpod(1, "Failed", exit_code=137, unretriable=True)]).release_pods == []
     # a permanent failure, a deadline: the same
     dec = decide(job(), [kpod(0), kpod(1, "Failed", exit_code=2)])
-    assert dec.status["phase"] == "Failed" and dec.end_kueue_groups == ["job-node-0"]
+    assert dec.status["phase"] == "Failed" and dec.release_pods == ["job-node-0"]
     assert decide(job(labels=None), [lc.summarize_pod(pod_body("job", 1, "Failed", exit_code=2, uid=UID))]
-                  ).end_kueue_groups == []
+                  ).release_pods == []
 
 
 def test_suspend_ends_the_group_and_resume_starts_a_new_run() -> None:
@@ -191,7 +191,7 @@ def test_suspend_ends_the_group_and_resume_starts_a_new_run() -> None:
     body["spec"]["runPolicy"]["suspend"] = True
     dec = decide(body, running())
     assert dec.status["phase"] == "Suspended" and sorted(dec.delete_pods) == ["job-node-0", "job-node-1"]
-    assert dec.end_kueue_groups == ["job-node-0"]
+    assert dec.release_pods == ["job-node-0"]
     body = then(body, dec)
     body["spec"]["runPolicy"]["suspend"] = False
     old = [kpod(0, "Failed", exit_code=143, deleting=True, unretriable=True),
@@ -199,7 +199,7 @@ def test_suspend_ends_the_group_and_resume_starts_a_new_run() -> None:
     dec = decide(body, old)
     # a new run: new names, a new group (the old Workload may linger, Finished), not charged
     assert dec.status["restarts"] == 1 and dec.status["requeues"] == 1
-    assert dec.create_pods == ["job-node-0-a1", "job-node-1-a1"] and dec.kueue_group == "job-uid1-a1"
+    assert dec.create_pods == ["job-node-0-a1", "job-node-1-a1"] and dec.groups.get("trainer") == "job-uid1-a1"
 
 
 def test_resume_without_kueue_is_unchanged() -> None:
@@ -215,8 +215,8 @@ def test_a_deleted_job_ends_its_groups() -> None:
     body = job(status={"phase": "Running"})
     body["metadata"]["deletionTimestamp"] = "2030-01-01T12:00:00Z"
     dec = decide(body, running())
-    assert dec.status is None and dec.end_kueue_groups == ["job-node-0"]
-    assert decide(body, [kpod(0, unretriable=True), kpod(1)]).end_kueue_groups == []
+    assert dec.status is None and dec.release_pods == ["job-node-0"]
+    assert decide(body, [kpod(0, unretriable=True), kpod(1)]).release_pods == []
     plain = job(labels=None)
     plain["metadata"]["deletionTimestamp"] = "2030-01-01T12:00:00Z"
-    assert decide(plain, running()).end_kueue_groups == []
+    assert decide(plain, running()).release_pods == []

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_operator.api import gang as g
-from grpo_operator.render import manifests, podgroup
+from grpo_operator.render import manifests, quantities
+from grpo_operator.render.gangs import coscheduling, kueue
 from grpo_operator.rules import validation
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -107,8 +108,8 @@ def test_pod_group_is_valid_for_the_real_crd(gang: str, api_version: str, server
     assert pg["metadata"]["ownerReferences"] == [{
         "apiVersion": "grpo.dev/v1alpha1", "kind": "GRPOJob", "name": "qwen",
         "uid": "0b7e8f3a-1111-2222-3333-444455556666", "controller": True, "blockOwnerDeletion": True}]
-    # every pod that must start together: the 2 trainers. The vLLM server is created before them (server_order's
-    # gang_groups): a PodGroup counting it would hold it at Permit until the trainers exist, which wait for it.
+    # every pod that must start together: the 2 trainers. The vLLM server is created before them (lifecycle/server/order.py
+    # says why): a PodGroup counting it would hold it at Permit until the trainers exist, which wait for it.
     assert pg["spec"]["minMember"] == 2
     expected = {"cpu": "31", "memory": "128Gi", "nvidia.com/gpu": "8"}  # requests win over limits: 2 × 15.5 cpu
     assert pg["spec"]["minResources"] == expected
@@ -158,7 +159,7 @@ def test_pods_point_at_their_pod_group(gang: str) -> None:
     _, pods = rendered(job_body(scheduling={"gang": gang}, server=True))
     assert len(pods) == 3
     server = [p for p in pods if p["metadata"]["labels"]["grpo.dev/role"] == "vllm-server"]
-    assert len(server) == 1  # created before the trainers, outside their PodGroup (server_order.gang_groups)
+    assert len(server) == 1  # created before the trainers, outside their PodGroup (lifecycle/server/order.py)
     assert g.COSCHEDULING_POD_GROUP_LABEL not in server[0]["metadata"]["labels"]
     assert g.VOLCANO_GROUP_NAME_ANNOTATION not in server[0]["metadata"]["annotations"]
     for pod in pods:
@@ -180,11 +181,11 @@ def test_volcano_keeps_the_users_scheduler_name() -> None:
 
 def test_kueue_trainers_form_one_group_the_server_its_own_and_nothing_kueue_owns_is_set() -> None:
     _, pods = rendered(job_body(labels={g.KUEUE_QUEUE_LABEL: "team-a"}, server=True))
-    group = podgroup.kueue_group_name("qwen", "0b7e8f3a-1111-2222-3333-444455556666", 0)
-    server_group = podgroup.kueue_group_name("qwen", "0b7e8f3a-1111-2222-3333-444455556666", 0, server=True)
+    group = kueue.group_name("qwen", "0b7e8f3a-1111-2222-3333-444455556666", 0)
+    server_group = kueue.group_name("qwen", "0b7e8f3a-1111-2222-3333-444455556666", 0, server=True)
     assert (group, server_group) == ("qwen-0b7e8f3a-a0", "qwen-0b7e8f3a-vllm-a0")
     assert {p["metadata"]["labels"][g.KUEUE_QUEUE_LABEL] for p in pods} == {"team-a"}
-    # server mode: the server is admitted first, alone (lifecycle/server_order.py gang_groups)
+    # server mode: the server is admitted first, alone (lifecycle/server/order.py)
     assert {(p["metadata"]["labels"][manifests.LABEL_ROLE], p["metadata"]["labels"][g.KUEUE_GROUP_NAME_LABEL],
              p["metadata"]["annotations"][g.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION]) for p in pods} == {
         ("trainer", group, "2"), ("vllm-server", server_group, "1")}
@@ -208,10 +209,10 @@ def shape(pod: dict[str, Any]) -> str:
 
 
 def test_kueue_group_name_examples() -> None:
-    assert podgroup.kueue_group_name("qwen", "0b7e8f3a-1111-2222", 0) == "qwen-0b7e8f3a-a0"
-    assert podgroup.kueue_group_name("qwen", "0b7e8f3a-1111-2222", 12) == "qwen-0b7e8f3a-a12"
+    assert kueue.group_name("qwen", "0b7e8f3a-1111-2222", 0) == "qwen-0b7e8f3a-a0"
+    assert kueue.group_name("qwen", "0b7e8f3a-1111-2222", 12) == "qwen-0b7e8f3a-a12"
     # an older job of the same name (another uid) never shares a group, nor does another run
-    assert podgroup.kueue_group_name("qwen", "ffff0000", 0) != podgroup.kueue_group_name("qwen", "0b7e8f3a", 0)
+    assert kueue.group_name("qwen", "ffff0000", 0) != kueue.group_name("qwen", "0b7e8f3a", 0)
 
 
 @settings(max_examples=300, deadline=None)
@@ -219,16 +220,16 @@ def test_kueue_group_name_examples() -> None:
        uid=st.uuids().map(str) | st.just(""), attempt=st.integers(0, 10 ** 6))
 def test_kueue_group_name_is_a_valid_label_value_and_subdomain(name: str, uid: str, attempt: int) -> None:
     for server in (False, True):
-        group = podgroup.kueue_group_name(manifests.names(name).base, uid, attempt, server=server)
+        group = kueue.group_name(manifests.names(name).base, uid, attempt, server=server)
         assert len(group) <= 63 and DNS1123_SUBDOMAIN.match(group), group
         assert group.endswith(f"-vllm-a{attempt}" if server else f"-a{attempt}")
 
 
-@pytest.mark.parametrize("attempt, kueue, expected", [
+@pytest.mark.parametrize("attempt, kueue_, expected", [
     (0, False, "qwen-node-1"), (3, False, "qwen-node-1"), (0, True, "qwen-node-1"), (3, True, "qwen-node-1-a3"),
 ])
-def test_pod_names_per_attempt_under_kueue_only(attempt: int, kueue: bool, expected: str) -> None:
-    assert podgroup.attempt_pod_name("qwen-node-1", attempt, kueue=kueue) == expected
+def test_pod_names_per_attempt_under_kueue_only(attempt: int, kueue_: bool, expected: str) -> None:
+    assert (kueue.UNIT if kueue_ else coscheduling.UNIT).pod_name("qwen-node-1", attempt) == expected
 
 
 @pytest.mark.parametrize("values, expected", [
@@ -237,20 +238,20 @@ def test_pod_names_per_attempt_under_kueue_only(attempt: int, kueue: bool, expec
 ])
 def test_sum_of_quantities(values: list[Any], expected: str) -> None:
     pods = [{"spec": {"containers": [{"resources": {"requests": {"r": v}}}]}} for v in values]
-    assert podgroup.sum_requests(pods) == {"r": expected}
+    assert quantities.sum_requests(pods) == {"r": expected}
 
 
 def test_effective_pod_request_counts_init_containers_and_overhead() -> None:
     pod = {"spec": {"containers": [{"resources": {"limits": {"cpu": "2"}}}, {"resources": {"requests": {"cpu": "1"}}}],
                     "initContainers": [{"resources": {"requests": {"cpu": "5", "memory": "1Gi"}}}],
                     "overhead": {"cpu": "250m"}}}
-    assert podgroup.sum_requests([pod]) == {"cpu": "5250m", "memory": "1Gi"}
-    assert podgroup.pod_requests(pod)["cpu"][0] == Decimal("5.25")
+    assert quantities.sum_requests([pod]) == {"cpu": "5250m", "memory": "1Gi"}
+    assert quantities.pod_requests(pod)["cpu"][0] == Decimal("5.25")
 
 
 def test_a_bad_quantity_names_itself() -> None:
     with pytest.raises(ValueError, match="lots"):
-        podgroup.parse_quantity("lots")
+        quantities.parse_quantity("lots")
 
 
 def test_kueue_and_a_pod_group_together_are_refused_with_the_fix() -> None:
@@ -278,7 +279,7 @@ def test_scheduling_spec_errors(scheduling: dict[str, Any], field_msg: str) -> N
 def test_kueue_pods_of_a_later_attempt_have_new_names_and_the_same_hostnames(server: bool) -> None:
     body = job_body(labels={g.KUEUE_QUEUE_LABEL: "team-a"}, server=server)
     _, first = rendered(body, attempt=0)
-    _, later = rendered(body, attempt=3, kueue_group="qwen-0b7e8f3a-a0", kueue_server_group="qwen-0b7e8f3a-vllm-a0")
+    _, later = rendered(body, attempt=3, groups={"trainer": "qwen-0b7e8f3a-a0", "vllm-server": "qwen-0b7e8f3a-vllm-a0"})
     assert [p["metadata"]["name"] for p in first] == ["qwen-vllm-0"] * server + ["qwen-node-0", "qwen-node-1"]
     assert [p["metadata"]["name"] for p in later] == ["qwen-vllm-0-a3"] * server + ["qwen-node-0-a3", "qwen-node-1-a3"]
     assert [p["spec"].get("hostname") for p in later] == [p["spec"].get("hostname") for p in first]

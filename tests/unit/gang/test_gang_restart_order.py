@@ -10,8 +10,13 @@ from typing import Any
 import pytest
 
 from grpo_operator.api import gang as g
-from grpo_operator.lifecycle import gang
-from grpo_operator.lifecycle.gang import COSCHEDULING, KUEUE, NONE, VOLCANO, GangFacts
+from grpo_operator.lifecycle import gangs
+from grpo_operator.lifecycle.gangs import kueue as gang
+from grpo_operator.lifecycle.gangs.kueue import GangFacts
+from grpo_operator.rules import validation
+from tests.support.jobs import job_body
+
+NONE, KUEUE, COSCHEDULING, VOLCANO = "none", "kueue", "coscheduling", "volcano"
 
 
 @dataclass(frozen=True)
@@ -43,19 +48,19 @@ RESTART_TABLE = [
 
 @pytest.mark.parametrize("what, old, kueue_may, others_may", RESTART_TABLE, ids=[r[0] for r in RESTART_TABLE])
 def test_restart_order(what: str, old: list[P], kueue_may: bool, others_may: bool) -> None:
-    ok, why = gang.may_create_next(KUEUE, old)
+    ok, why = gangs.policy(KUEUE).may_create_next(old)
     assert ok is kueue_may, why
     assert bool(why) is not ok
     for mode in (NONE, COSCHEDULING, VOLCANO):
-        ok, why = gang.may_create_next(mode, old)
+        ok, why = gangs.policy(mode).may_create_next(old)
         assert ok is others_may, (mode, why)
         assert bool(why) is not ok
 
 
 def test_the_reasons_name_the_pods_and_the_rule() -> None:
-    ok, why = gang.may_create_next(KUEUE, [P("job-node-1", "Running", True, gang=ON_NODE)])
+    ok, why = gangs.policy(KUEUE).may_create_next([P("job-node-1", "Running", True, gang=ON_NODE)])
     assert not ok and "job-node-1" in why and "excess" in why
-    ok, why = gang.may_create_next(COSCHEDULING, [P("job-node-1", "Failed", True)])
+    ok, why = gangs.policy(COSCHEDULING).may_create_next([P("job-node-1", "Failed", True)])
     assert not ok and "gone" in why and "PodGroup label" in why
 
 
@@ -64,7 +69,11 @@ def test_the_reasons_name_the_pods_and_the_rule() -> None:
     ("", None, NONE), ("lq", "volcano", KUEUE),
 ])
 def test_mode(queue: Any, gang_: Any, expected: str) -> None:
-    assert gang.mode(queue, gang_) == expected
+    body = job_body("job", labels={g.KUEUE_QUEUE_LABEL: queue} if queue is not None else None)
+    if gang_:
+        body["spec"]["scheduling"] = {"gang": gang_}
+    job = validation.validate(body).job  # kueue and a PodGroup together: refused, yet parsed
+    assert job is not None and gangs.for_job(job).mode == expected
 
 
 def kueue_pod(**over: Any) -> dict[str, Any]:

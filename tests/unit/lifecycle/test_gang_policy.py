@@ -11,7 +11,7 @@ import pytest
 
 from grpo_operator import lifecycle as lc
 from grpo_operator.api import gang as g
-from grpo_operator.lifecycle import create, decision, draft, gang_policy, phase, restart, suspend, terminal, validity
+from grpo_operator.lifecycle import create, decision, draft, gangs, phase, restart, suspend, terminal, validity
 from grpo_operator.rules import validation
 from tests.support.jobs import job_body
 
@@ -26,19 +26,19 @@ def body(gang_: Any = None, queue: Any = None) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("gang_, queue, kind, mode", [
-    (None, None, gang_policy.GangPolicy, "none"),
-    ("coscheduling", None, gang_policy.PodGroupGang, "coscheduling"),
-    ("volcano", None, gang_policy.PodGroupGang, "volcano"),
-    (None, "team-a", gang_policy.KueueGang, "kueue"),
+    (None, None, gangs.GangPolicy, "none"),
+    ("coscheduling", None, gangs.coscheduling.CoschedulingGang, "coscheduling"),
+    ("volcano", None, gangs.volcano.VolcanoGang, "volcano"),
+    (None, "team-a", gangs.kueue.KueueGang, "kueue"),
 ])
 def test_the_policy_is_chosen_once_from_the_job(gang_: Any, queue: Any, kind: type, mode: str) -> None:
     res = validation.validate(body(gang_, queue))
     assert res.valid, res.summary()
-    policy = gang_policy.for_job(res.job)
+    policy = gangs.for_job(res.job)
     assert type(policy) is kind and policy.mode == mode
     dr = draft.Draft.begin(lc.JobView.from_body(body(gang_, queue)), [], T0, lc.Policy())
     assert type(dr.gang) is kind
-    assert type(gang_policy.for_job(None)) is gang_policy.GangPolicy  # an invalid job: no gang
+    assert type(gangs.for_job(None)) is gangs.GangPolicy  # an invalid job: no gang
 
 
 def test_no_step_tests_the_mode() -> None:
@@ -51,4 +51,4 @@ def test_groups_to_end_are_marked_once() -> None:
     dr = draft.Draft.begin(lc.JobView.from_body(body(queue="team-a")), [], T0, lc.Policy())
     dr.end_groups(["job-node-0", "job-node-0"])
     dr.end_groups(["job-node-0", "job-node-1"])
-    assert dr.decision.end_kueue_groups == ["job-node-0", "job-node-1"]
+    assert dr.decision.release_pods == ["job-node-0", "job-node-1"]

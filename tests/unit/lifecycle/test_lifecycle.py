@@ -109,7 +109,7 @@ def test_new_job_creates_all_pods_and_pending_status() -> None:
 def test_vllm_server_mode_expects_vllm_pod() -> None:
     body = job_body("job", nodes=1, uid=UID, vllm_server=True)
     dec = decide(body, [])
-    assert dec.create_pods == ["job-vllm-0"]  # the server first (lifecycle/server_wait.py; test_server_wiring.py)
+    assert dec.create_pods == ["job-vllm-0"]  # the server first (lifecycle/server/first.py; test_server_wiring.py)
 
 
 def test_partial_creation_is_completed_without_restart() -> None:

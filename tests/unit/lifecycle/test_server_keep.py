@@ -1,4 +1,4 @@
-"""decide() in server mode across restarts (lifecycle/server_keep.py): a retryable trainer failure restarts the
+"""decide() in server mode across restarts (lifecycle/server/keep.py): a retryable trainer failure restarts the
 trainers and keeps a healthy vLLM server (same pod, same uid), whose engine probe runs before the next trainers are
 created; a failed or hung probe, a server failure or the kept-server-without-progress rule restart the server too,
 in the server-first order; suspend, the deadline and give-up end both; the same under a PodGroup and Kueue;
@@ -12,7 +12,7 @@ from typing import Any, Optional
 import pytest
 
 from grpo_operator import lifecycle as lc
-from grpo_operator.lifecycle import server_order as so
+from grpo_operator.lifecycle.server import order as so
 from tests.support.jobs import job_body, pod_body
 from tests.support.lifecycle import T0, UID, decide, then
 

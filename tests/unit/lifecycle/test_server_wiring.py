@@ -1,4 +1,4 @@
-"""decide() in server mode (lifecycle/server_wait.py carrying out server_order.plan()): the server pod first, the
+"""decide() in server mode (lifecycle/server/first.py carrying out order.plan()): the server pod first, the
 trainers only once it is Ready, the start-up deadline a retryable failure of the server, the status saying why it
 waits (Kueue included: the server is its own pod group); colocate unchanged."""
 
@@ -8,7 +8,7 @@ import datetime as dt
 from typing import Any, Optional
 
 from grpo_operator import lifecycle as lc
-from grpo_operator.lifecycle import server_order as so
+from grpo_operator.lifecycle.server import order as so
 from tests.support.jobs import job_body, pod_body
 from tests.support.lifecycle import POLICY, T0, UID, decide, then
 
@@ -42,7 +42,6 @@ def running_cond(st: dict[str, Any]) -> dict[str, Any]:
 def test_summary_carries_ready_and_start_time() -> None:
     p = server(ready=True)
     assert p.ready and p.start_time == T0 and p.role == "vllm-server"
-    assert so.server_of(p) == so.ServerPod(pod=p, ready=True, started=T0)
     assert not trainer(0).ready and trainer(0).start_time is None
 
 
@@ -119,7 +118,7 @@ def test_trainers_are_not_withheld_once_created() -> None:
 def test_kueue_server_first_in_its_own_group() -> None:
     """Under Kueue too: the server alone first, in a pod group of its own (tests/unit/gang/test_gang_kueue_server.py)."""
     d = decide(body(labels={"kueue.x-k8s.io/queue-name": "q"}), [])
-    assert d.create_pods == ["job-vllm-0"] and d.kueue_server_group == "job-uid1-vllm-a0" and d.kueue_group is None
+    assert d.create_pods == ["job-vllm-0"] and d.groups == {"vllm-server": "job-uid1-vllm-a0"}
 
 
 def test_colocate_unchanged() -> None:

@@ -1,31 +1,31 @@
 """Server mode: a retryable trainer failure restarts the trainers and keeps a healthy vLLM server (issue 21 item 2;
-the rules are lifecycle/server_order.py's). Two moments, both level-triggered:
+the rules are server/order.py's). Two moments, both level-triggered:
 
   * at the restart (restart.py restart_for, kept_server): the server is kept when every server pod of the attempt
-    is Running, Ready and has not failed, and server_order.server_wedged does not object (the failed trainers ran
+    is Running, Ready and has not failed, and order.server_wedged does not object (the failed trainers ran
     against a server kept from an earlier attempt and completed no logged optimizer step). The choice is recorded
     in status.vllmServerAttempt (the attempt that created the kept server) in the same status write that starts
     the next attempt, so a pass after a crash sorts the pods the same way (PodSets.sort): the kept server is the
     new attempt's, the old trainers are another attempt's and go;
-  * before the next attempt's trainers are created (server_wait.py server_first, verify_kept): the old trainers
+  * before the next attempt's trainers are created (server/first.py server_first, verify_kept): the old trainers
     are gone (nothing can still be syncing), so the controller runs the engine probe (a 1-token generation, with a
     deadline) and passes its verdict in; a probe that failed or hung, or a kept server that is no longer Ready,
     replaces the server (not counted again: it is the same restart) and the attempt starts with a new server, in
     the order of item 1.
 
-Under every gang policy the server is outside the trainers' gang (server_order.gang_groups): a PodGroup
+Under every gang policy the server is outside the trainers' gang (server/order.py): a PodGroup
 (coscheduling, Volcano) counts only the trainers, and under Kueue the server is a pod group of its own, whose
 Workload stays admitted while the trainers' group is refilled with the next attempt's trainers. A server that shares
 the trainers' Kueue group (made by an older release) is not kept (GangPolicy.keeps_server)."""
 
 from __future__ import annotations
 
-from .. import api
-from ..api.status import ConditionType
-from . import server_order as so
-from .conditions import parse_time
-from .draft import Draft, JobEvent
-from .pods import ROLE_TRAINER, ROLE_VLLM, PodInfo, PodPhase, classify
+from ... import api
+from ...api.status import ConditionType
+from ..conditions import parse_time
+from ..draft import Draft, JobEvent
+from ..pods import ROLE_TRAINER, ROLE_VLLM, PodInfo, PodPhase, classify
+from . import order as so
 
 
 def _healthy(p: PodInfo) -> bool:
