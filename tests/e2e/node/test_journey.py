@@ -488,8 +488,11 @@ def test_upgrade_keeps_the_webhook_and_uninstall_strands_nothing(release: User) 
     keeps_training(user, *kept)
     # the refusal is not logged as an operator error
     log = user.kubectl("logs", "-n", OP_NAMESPACE, f"deployment/{RELEASE}-grpo-operator", quiet=True).stdout
-    refusals = [json.loads(line) for line in log.splitlines() if "failed permanently" in line and line.startswith("{")]
-    assert refusals and all(r.get("levelname", r.get("level", "")).upper() == "INFO" for r in refusals), refusals[:2]
+    records = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    refusals = [r for r in records if " refused: " in str(r.get("message", r.get("msg", "")))]
+    assert refusals and all(r.get("levelname", r.get("level", "")).upper() == "INFO" for r in refusals), records[-5:]
+    assert not [r for r in records if r.get("levelname", r.get("level", "")).upper() in ("ERROR", "CRITICAL")
+                and "too-big" in json.dumps(r)], records[-5:]
 
     tr.note("a job that outlives the operator, then helm uninstall")
     survivor = tiny_job("survivor", max_steps=2, save_steps=2)
