@@ -223,7 +223,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
-    sys.stdout.write(crd.crd_yaml())
+    version = tuple(int(x) for x in args.kube_version.lstrip("v").split(".")[:2]) if args.kube_version else (1, 99)
+    sys.stdout.write(crd.crd_yaml(kube_before_1_21=version < (1, 21)))
     return EXIT_OK
 
 
@@ -288,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     k = sub.add_parser("crd", help="print the GRPOJob CustomResourceDefinition")
+    k.add_argument("--kube-version", default=None, metavar="1.20",
+                   help="the server's version: before 1.21 the CRD has no int-or-string (docs/install.md)")
     k.set_defaults(func=cmd_crd)
     return p
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grpo_operator.api import crd
 from grpo_operator.cli import grpojob as cli
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -218,6 +219,14 @@ def test_crd_command_matches_checked_in_file():
     proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "crd"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     assert proc.stdout == (ROOT / "crds" / "grpo.dev_grpojobs.yaml").read_text(), "run: grpojob crd > crds/grpo.dev_grpojobs.yaml"
+
+
+def test_crd_command_for_kubernetes_before_1_21():
+    """Issue 27, finding 4: the CRD the chart installs on 1.20 (no int-or-string: api/crd.py)."""
+    for version, old in (("1.20", True), ("v1.20.2", True), ("1.21", False), ("1.36.0", False)):
+        proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "crd", "--kube-version", version],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and proc.stdout == crd.crd_yaml(kube_before_1_21=old), version
 
 
 def test_server_mode_example_is_complete_and_check_explains_the_servers_gpus():
