@@ -201,7 +201,8 @@ def for_kube_before_1_21(obj: Any) -> Any:
 
 def crd(kube_before_1_21: bool = False) -> dict[str, Any]:
     if kube_before_1_21:
-        return for_kube_before_1_21(crd())
+        old: dict[str, Any] = for_kube_before_1_21(crd())
+        return old
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
