@@ -95,8 +95,9 @@ def run_120(label: str, crd: dict[str, Any], a: argparse.Namespace) -> None:
         print(f"kube-apiserver 1.20, CRD {label}{' ' + a.gates if a.gates else ''}", flush=True)
         measure(lambda obj, t: cp.api("POST", crd_resource_path(crd, "default"), obj, timeout=t),
                 a.depths, a.keys, a.timeout, a.stop_over)
-        built = MODELS_ERROR not in cp.logs(lines=100_000)
-        print(json.dumps({"server-side apply schema built from the CRD": built}), flush=True)
+        if "ServerSideApply=false" not in a.gates:  # without it the server builds no such schema, nor logs why
+            built = MODELS_ERROR not in cp.logs(lines=100_000)
+            print(json.dumps({"server-side apply schema built from the CRD": built}), flush=True)
 
 
 def run_136(label: str, crd: dict[str, Any], a: argparse.Namespace) -> None:
