@@ -42,8 +42,8 @@ def _deep(depth: int) -> Any:
     return value
 
 
-def _job(i: int, place: str) -> dict[str, Any]:
-    obj = manifest(f"deep-{i}", nodes=1)
+def _job(i: int, place: str, prefix: str = "deep") -> dict[str, Any]:
+    obj = manifest(f"{prefix}-{i}", nodes=1)
     obj["metadata"]["namespace"] = "default"
     *parents, key = PLACES[place]
     node = obj["spec"]
@@ -59,20 +59,26 @@ def _at(spec: dict[str, Any], place: str) -> Any:
     return spec
 
 
-def _creates_are_stored_whole_and_spec_is_one_field(create: Callable[[dict[str, Any]], Any]) -> None:
+def _spec_fields(body: dict[str, Any]) -> list[Any]:
+    return [m["fieldsV1"]["f:spec"] for m in body["metadata"]["managedFields"] if "f:spec" in m.get("fieldsV1", {})]
+
+
+def _creates_are_stored_whole(create: Callable[[dict[str, Any]], Any], atomic: bool = True,
+                              prefix: str = "deep") -> None:
     for i, place in enumerate(PLACES):
-        r = create(_job(i, place))
+        r = create(_job(i, place, prefix))
         assert r.status == 201, (place, r.status, str(r.message)[:300])
         assert _at(r.body["spec"], place) == _deep(DEPTH), place  # kept as sent: the webhook sees what was sent
-        # the field manager records the spec as one leaf ({}), i.e. it did not walk into the value
-        spec_fields = [m["fieldsV1"]["f:spec"] for m in r.body["metadata"]["managedFields"]
-                       if "f:spec" in m.get("fieldsV1", {})]
-        assert spec_fields == [{}], (place, json.dumps(spec_fields)[:300])
+        spec_fields = _spec_fields(r.body)
+        if atomic:  # the field manager records the spec as one leaf ({}), i.e. it did not walk into the value
+            assert spec_fields == [{}], (place, json.dumps(spec_fields)[:300])
+        else:  # per-field (the chart's CRD from 1.25): the server walked the value, cheaply, and recorded its fields
+            assert spec_fields and spec_fields != [{}], (place, json.dumps(spec_fields)[:300])
 
 
 def test_a_deep_spec_costs_kube_apiserver_1_20_no_walk(controlplane_factory: Any, tmp_path: Path) -> None:
     cp = controlplane_factory(authorization_mode="AlwaysAllow", controller_manager=False)
-    crd = crdgen.crd(kube_before_1_21=True)  # what the chart and `grpojob crd --kube-version 1.20` install there
+    crd = crdgen.crd((1, 20))  # what the chart and `grpojob crd --kube-version 1.20` install there
     f = tmp_path / "crd.json"
     f.write_text(json.dumps(crd))
     cp.kubectl("apply", "--validate=false", "-f", str(f))
@@ -82,12 +88,29 @@ def test_a_deep_spec_costs_kube_apiserver_1_20_no_walk(controlplane_factory: Any
         assert time.monotonic() < deadline, "the CRD was never served"
         time.sleep(0.2)
     # a client timeout above the server's own (34 s): before the fix each create answered 504 Timeout
-    _creates_are_stored_whole_and_spec_is_one_field(lambda obj: cp.api("POST", path, obj, timeout=60))
+    _creates_are_stored_whole(lambda obj: cp.api("POST", path, obj, timeout=60))
     assert "error building openapi models for grpojobs" not in cp.logs(lines=100_000)
 
 
-def test_a_deep_spec_costs_the_cel_server_no_walk(celserver: Any) -> None:
-    crd = crdgen.crd()  # the CRD for 1.21 and newer: int-or-string, CEL rules
-    r = celserver.apply_crd(crd)
+@pytest.mark.parametrize("kube", [None, (1, 36)], ids=["crds-file-atomic", "chart-1.36-per-field"])
+def test_a_deep_spec_is_stored_whole_by_the_cel_server(celserver: Any, kube: Any) -> None:
+    """The crds/ file (atomic: never walked) and the CRD the chart installs on 1.36 (per-field: that server walks a
+    deep value cheaply; before 1.25 the walk doubled at each level). Both with int-or-string and CEL rules."""
+    crd = crdgen.crd(kube)
+    r = celserver.apply_crd(crd)  # the server is shared: this replaces whichever CRD a test applied before
     assert r.ok, (r.status, r.message)
-    _creates_are_stored_whole_and_spec_is_one_field(lambda obj: celserver.create(crd, obj))
+    prefix = "deep-atomic" if kube is None else "deep-fields"
+
+    def serving_this_crd() -> bool:  # a replaced CRD takes effect a moment later
+        probe = manifest(f"{prefix}-probe", nodes=1)
+        probe["metadata"]["namespace"] = "default"
+        created = celserver.create(crd, probe)
+        assert created.status == 201, (created.status, str(created.message)[:300])
+        celserver.request("DELETE", f"{crd_resource_path(crd, 'default')}/{prefix}-probe")
+        return (_spec_fields(created.body) == [{}]) is (kube is None)
+
+    deadline = time.monotonic() + 60
+    while not serving_this_crd():
+        assert time.monotonic() < deadline, "the replaced CRD was never served"
+        time.sleep(0.2)
+    _creates_are_stored_whole(lambda obj: celserver.create(crd, obj), atomic=kube is None, prefix=prefix)

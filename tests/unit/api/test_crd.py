@@ -59,7 +59,11 @@ def test_the_api_servers_walk_of_a_spec_is_bounded():
     assert [p for p, n in _walk(spec, "$.spec") if n.get("x-kubernetes-map-type")] == ["$.spec"]
     int_or_string = [p for p, n in _walk(spec, "$.spec") if n.get("x-kubernetes-int-or-string")]
     assert "$.spec.resources.limits{}" in int_or_string and "$.spec.template.shmSize" in int_or_string
-    old = crd.crd(kube_before_1_21=True)
+    assert crd.crd((1, 24)) == crd.crd()  # the crds/ file: every server from 1.21
+    modern = crd.crd((1, 25))["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert "x-kubernetes-map-type" not in json.dumps(modern)  # per-field: server-side apply owns only what it sets
+    assert {**modern, "x-kubernetes-map-type": "atomic"} == spec
+    old = crd.crd((1, 20))
     assert "int-or-string" not in json.dumps(old)
     old_spec = old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert old_spec["x-kubernetes-map-type"] == "atomic"
