@@ -223,7 +223,12 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
-    sys.stdout.write(crd.crd_yaml())
+    try:
+        kube = crd.parse_kube_version(args.kube_version) if args.kube_version else None
+    except ValueError as exc:
+        print(f"grpojob crd: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    sys.stdout.write(crd.crd_yaml(kube))
     return EXIT_OK
 
 
@@ -288,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     k = sub.add_parser("crd", help="print the GRPOJob CustomResourceDefinition")
+    k.add_argument("--kube-version", default=None, metavar="1.20",
+                   help="the server's version: before 1.21 the CRD has no int-or-string, from 1.25 its spec is not atomic "
+                        "(docs/install.md); without it, the CRD of crds/ (every server from 1.21)")
     k.set_defaults(func=cmd_crd)
     return p
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import kubernetes_validate
@@ -47,6 +48,32 @@ def test_schema_is_structural():
     training = spec["properties"]["training"]["properties"]
     assert training["numGenerations"]["type"] == "integer" and training["numGenerations"]["description"]
     assert len(training) > 150
+
+def test_the_api_servers_walk_of_a_spec_is_bounded():
+    """Issue 27, finding 4: the API server's server-side-apply field manager walks every create and update, in time
+    exponential in the depth of what it has no schema for. The spec is one field for it (atomic); the CRD for
+    Kubernetes before 1.21 has no int-or-string (those servers build no schema at all from a CRD that has one).
+    The real servers: tests/integration/cluster/test_crd_depth.py."""
+    spec = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["x-kubernetes-map-type"] == "atomic"
+    assert [p for p, n in _walk(spec, "$.spec") if n.get("x-kubernetes-map-type")] == ["$.spec"]
+    int_or_string = [p for p, n in _walk(spec, "$.spec") if n.get("x-kubernetes-int-or-string")]
+    assert "$.spec.resources.limits{}" in int_or_string and "$.spec.template.shmSize" in int_or_string
+    assert crd.crd((1, 24)) == crd.crd()  # the crds/ file: every server from 1.21
+    modern = crd.crd((1, 25))["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert "x-kubernetes-map-type" not in json.dumps(modern)  # per-field: server-side apply owns only what it sets
+    assert {**modern, "x-kubernetes-map-type": "atomic"} == spec
+    old = crd.crd((1, 20))
+    assert "int-or-string" not in json.dumps(old)
+    old_spec = old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert old_spec["x-kubernetes-map-type"] == "atomic"
+    quantity = old_spec["properties"]["resources"]["properties"]["limits"]["additionalProperties"]
+    assert quantity == {"x-kubernetes-preserve-unknown-fields": True, "maxLength": 64}
+    # nothing else changes: each int-or-string became a preserved value
+    new = json.dumps(crd.crd())
+    assert json.dumps(old).count("x-kubernetes-preserve-unknown-fields") == \
+        new.count("x-kubernetes-preserve-unknown-fields") + new.count("x-kubernetes-int-or-string")
+
 
 def test_crd_metadata():
     c = crd.crd()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grpo_operator.api import crd
 from grpo_operator.cli import grpojob as cli
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -218,6 +219,22 @@ def test_crd_command_matches_checked_in_file():
     proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "crd"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     assert proc.stdout == (ROOT / "crds" / "grpo.dev_grpojobs.yaml").read_text(), "run: grpojob crd > crds/grpo.dev_grpojobs.yaml"
+
+
+def test_crd_command_for_a_kubernetes_version():
+    """Issue 27, finding 4: the CRD the chart installs on each server (api/crd.py): before 1.21 no int-or-string,
+    before 1.25 an atomic spec; a version that is not one is a usage error, not a traceback."""
+    for version, kube in (("1.20", (1, 20)), ("v1.20.2", (1, 20)), ("1.21", (1, 21)), ("1.24.17", (1, 24)),
+                          ("1.28+", (1, 28)), ("1.36.0", (1, 36))):
+        proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "crd", "--kube-version", version],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and proc.stdout == crd.crd_yaml(kube), version
+        assert ("x-kubernetes-map-type: atomic" in proc.stdout) is (kube < (1, 25)), version
+        assert ("x-kubernetes-int-or-string" in proc.stdout) is (kube >= (1, 21)), version
+    proc = subprocess.run([sys.executable, "-m", "grpo_operator.cli.grpojob", "crd", "--kube-version", "latest"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and not proc.stdout and "Traceback" not in proc.stderr, proc.stderr
+    assert 'grpojob crd: --kube-version "latest" is not a Kubernetes version: write MAJOR.MINOR' in proc.stderr
 
 
 def test_server_mode_example_is_complete_and_check_explains_the_servers_gpus():
