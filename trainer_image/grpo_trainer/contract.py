@@ -77,6 +77,8 @@ HEARTBEAT_SECONDS = 2.0  # each process's heartbeat thread ticks this often
 # While a process loads (phase loading), the bytes in its Hub cache: a download that moves is progress (the operator
 # measures the start-up allowance from its last movement, lifecycle/stall.py)
 RANK_DOWNLOAD_BYTES = "grpo_trainer_rank_download_bytes"
+# The step a process began training at (0, or a resumed checkpoint's): its step past this one proves it trained.
+RANK_BEGAN_STEP = "grpo_trainer_rank_began_step"
 BEAT_DIR_ENV = "GRPO_BEAT_DIR"  # where a node's processes leave their beat records (default: under the temp dir)
 # POST on the metrics port: every process of the pod dumps all its threads' stacks (faulthandler, on STACKS_SIGNAL) to
 # <output>/STALLS_DIR/attempt-N/rank-R.txt; the answer is JSON {"ranks": {"R": {"file", "dumped", "stack"}}}

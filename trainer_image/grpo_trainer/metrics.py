@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Optional
 
-from .contract import ATTEMPT_ENV, IN_PLACE_RESTARTS_ENV, RANK_DOWNLOAD_BYTES, STACKS_PATH
+from .contract import ATTEMPT_ENV, IN_PLACE_RESTARTS_ENV, RANK_BEGAN_STEP, RANK_DOWNLOAD_BYTES, STACKS_PATH
 
 NAN = float("nan")
 
@@ -202,6 +202,8 @@ class RankCollector:
                                  "Unix time of the process's last heartbeat (a thread ticks it every few seconds).",
                                  labels=["rank"])
         step = GaugeMetricFamily("grpo_trainer_rank_step", "Optimizer steps the process finished.", labels=["rank"])
+        began = GaugeMetricFamily(RANK_BEGAN_STEP, "The step the process began training at (0, or the checkpoint's "
+                                  "it resumed from).", labels=["rank"])
         fetched = GaugeMetricFamily(RANK_DOWNLOAD_BYTES, "While the process loads: bytes in its Hub cache (a download "
                                     "in progress grows it).", labels=["rank"])
         seconds = CounterMetricFamily("grpo_trainer_phase_seconds", "Seconds the process spent in each phase.",
@@ -209,14 +211,15 @@ class RankCollector:
         for rec in read_beats(self.directory):
             rank = str(rec.get("rank"))
             phase.add_metric([rank, str(rec.get("phase"))], 1)
-            for family, key in ((since, "since"), (beat, "heartbeat"), (step, "step"), (fetched, "download_bytes")):
+            for family, key in ((since, "since"), (beat, "heartbeat"), (step, "step"), (began, "began_step"),
+                                (fetched, "download_bytes")):
                 value = finite(rec.get(key))
                 if value is not None:
                     family.add_metric([rank], value)
             for name, value in (rec.get("seconds") or {}).items():
                 if finite(value) is not None:
                     seconds.add_metric([rank, str(name)], float(value))
-        yield from (phase, since, beat, step, fetched, seconds)
+        yield from (phase, since, beat, step, began, fetched, seconds)
 
 
 def start(metrics_port: int, job: str = "", namespace: str = "", beat_directory: str = "") -> Optional[TrainerMetrics]:

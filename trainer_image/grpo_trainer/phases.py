@@ -53,6 +53,7 @@ class PhaseClock:
         self.totals: dict[str, float] = {}
         self.counted_from = now
         self.step = 0
+        self.began: Optional[int] = None  # the step training began at in this process (a resume's checkpoint step)
         self.beat = now
         self._stop = threading.Event()
 
@@ -97,6 +98,8 @@ class PhaseClock:
             rec = {"rank": self.rank, "pid": os.getpid(), "phase": self.phase, "since": round(self.stack[-1][1], 3),
                    "heartbeat": round(now, 3), "step": self.step, "stacks": self.stacks,
                    "seconds": {k: round(v, 3) for k, v in sorted(totals.items())}}
+            if self.began is not None:
+                rec["began_step"] = self.began
         if rec["phase"] == C.PHASE_LOADING and self.downloaded is not None:  # outside the lock: it reads the disk
             fetched = self.downloaded()
             if fetched is not None:
@@ -296,7 +299,7 @@ def callback(clock: PhaseClock) -> Any:
 
     class PhaseCallback(TrainerCallback):
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            clock.step = state.global_step
+            clock.step = clock.began = state.global_step  # a step past `began` is one this process trained
             clock.set(C.PHASE_TRAINING)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:

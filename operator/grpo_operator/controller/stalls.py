@@ -77,6 +77,13 @@ def _step_of(results: list[tuple[str, Optional[progress_mod.Scrape]]], logged: O
     return max([*ranks, *([logged] if logged is not None else [])], default=None)
 
 
+def _trained(results: list[tuple[str, Optional[progress_mod.Scrape]]]) -> bool:
+    """A rank past the step it began training at: the attempt has trained, even when its first steps all fell
+    between two scrapes (a fast job: the tracker never saw the step move, yet the start-up allowance is over)."""
+    return any(r.step is not None and r.began_step is not None and r.step > r.began_step
+               and r.phase != contract.PHASE_LOADING for _, s in results if s is not None for r in s.ranks)
+
+
 def _in_place_restarts(results: list[tuple[str, Optional[progress_mod.Scrape]]]) -> Optional[int]:
     """The in-place restarts global rank 0 reports for its attempt (None: no pod said)."""
     seen = [s.values["inPlaceRestarts"] for _, s in results if s is not None and "inPlaceRestarts" in s.values]
@@ -104,6 +111,8 @@ class StallTracker:
             base = in_place if in_place is not None else 0
             job = self.jobs[key] = _Job(attempt, now, in_place=base, history=history)
         self._step(job, _step_of(results, step), now)
+        if not job.moved and job.step is not None and _trained(results):
+            job.moved = True  # its deadline counts from when this step was first seen (step_at)
         for pod, scrape in results:
             if scrape is None:
                 if pod in job.answered:

@@ -56,6 +56,7 @@ class RankSample:
     heartbeat: Optional[float] = None
     step: Optional[int] = None
     download_bytes: Optional[float] = None  # while loading: the bytes in its Hub cache (a download grows them)
+    began_step: Optional[int] = None  # the step it began training at: a step past it is one this process trained
 
 
 RANK_PHASE, RANK_SINCE = "grpo_trainer_rank_phase", "grpo_trainer_rank_phase_since_timestamp_seconds"
@@ -115,15 +116,15 @@ def parse_metrics(text: str, pod: str = "") -> Scrape:
 
 
 _RANK_FIELDS = {RANK_PHASE: "phase", RANK_SINCE: "since", RANK_BEAT: "heartbeat", RANK_STEP: "step",
-                contract.RANK_DOWNLOAD_BYTES: "download_bytes"}
+                contract.RANK_DOWNLOAD_BYTES: "download_bytes", contract.RANK_BEGAN_STEP: "began_step"}
 
 
 def _rank_sample(fields: dict[str, Any], name: str, labels: Mapping[str, str], v: float) -> None:
     if name == RANK_PHASE:
         if v >= 1:
             fields["phase"] = labels.get("phase")
-    elif name == RANK_STEP:
-        fields["step"] = int(v)
+    elif name in (RANK_STEP, contract.RANK_BEGAN_STEP):
+        fields[_RANK_FIELDS[name]] = int(v)
     else:
         fields[_RANK_FIELDS[name]] = v
 

@@ -227,10 +227,14 @@ def restart_in_place(user: User, pods: list[dict[str, Any]], rank0_pod: str, oth
         s = job_status(user, "tiny")
         if s.get("restarts", 0) or s.get("phase") == "Failed":
             raise AssertionError(f"not restarted in place: {json.dumps(s)[:3000]}")
+        # the new workers' first step: after the kill, and back at or below a step this pod logged before (rank 0's
+        # old worker may log a step or two after the kill); in a pod that logged none (rank 0 moved), its first
         for n in uids:
-            recs = [r for r in progress_records(logs(user, n)) if r["timestamp"] > t_kill_wall]
-            if recs:
-                return n, recs[0]
+            top = 0
+            for r in progress_records(logs(user, n)):
+                if r["timestamp"] > t_kill_wall and (r["step"] <= top or top == 0):
+                    return n, r
+                top = max(top, r["step"])
         return None
 
     new_rank0, first = wait_for(resumed, 300, 0.3, what="the first step after the restart in place")

@@ -156,3 +156,42 @@ def test_a_restart_in_place_gets_the_start_up_allowance_again() -> None:
     assert w is not None and w.step == 6 and w.step_moved == at(940)
     stall = find_stall(w, at(940 + 1900), None, 1800, StallPolicy())  # and a hang after it is still found
     assert stall is not None
+
+
+def test_a_job_whose_first_steps_fell_between_two_scrapes_has_started() -> None:
+    """Finding (the stall journey on the real node): the tiny job did its first 3 steps before the operator's first
+    scrape and then hung in a reward function; the tracker never saw the step move, kept the 30-minute start-up
+    allowance, and no Stalled came in 10 minutes (the floor was 20 s). Each rank now says the step it began training
+    at: a step past it is a step this process trained, so the step deadline applies from the first sighting. A
+    resumed process reporting its checkpoint's step, no step trained yet, keeps the allowance."""
+    policy = StallPolicy(floor=20)
+
+    def scrape(beat: float, step: int, began: Optional[int], phase: str = "rewards") -> progress_mod.Scrape:
+        return progress_mod.Scrape("p", True, ranks=(progress_mod.RankSample(0, phase, 1.0, beat, step, None,
+                                                                              began),))
+    t = StallTracker(policy)
+    t.observe(KEY, 0, [("a", scrape(10.0, 3, 0))], None, at(0))  # first sighting: 3 steps already done
+    t.observe(KEY, 0, [("a", scrape(12.0, 3, 0))], None, at(30))
+    w = t.watch(KEY)
+    assert w is not None and w.step_moved == at(0)
+    stall = find_stall(w, at(30), None, 1800, policy)
+    assert stall is not None and "step 3 for 30s" in stall.message and "the floor 20s" in stall.message
+    resumed = StallTracker(policy)  # attempt 1 resumed from checkpoint-25: step 25, nothing trained yet
+    resumed.observe(KEY, 1, [("a", scrape(10.0, 25, 25, "generating"))], None, at(0))
+    resumed.observe(KEY, 1, [("a", scrape(12.0, 25, 25, "generating"))], None, at(300))
+    w = resumed.watch(KEY)
+    assert w is not None and w.step_moved is None
+    assert find_stall(w, at(300), None, 1800, policy) is None  # the start-up allowance (1800 s) still holds
+
+
+def test_each_rank_publishes_the_step_it_began_training_at(tmp_path: Path) -> None:
+    c = phases.PhaseClock(0, directory=str(tmp_path))
+    c.publish()
+    m = TrainerMetrics(global_rank0=True)
+    m.watch_ranks(str(tmp_path))
+    assert progress_mod.parse_metrics(m.text(), "pod-0").ranks[0].began_step is None  # still loading
+    phases.callback(c).on_train_begin(None, type("S", (), {"global_step": 25})(), None)
+    c.step = 27
+    c.publish()
+    (r,) = progress_mod.parse_metrics(m.text(), "pod-0").ranks
+    assert (r.phase, r.step, r.began_step) == ("training", 27, 25)
