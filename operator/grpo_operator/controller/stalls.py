@@ -28,7 +28,7 @@ from .workqueue import Key
 
 log = logging.getLogger("grpo_operator")
 HISTORY = 20  # recent step times kept per job (the derived deadline's "slowest recent step")
-QUIET = 60.0  # a step unchanged this long makes the scraper kick the job's reconcile each round (the least deadline)
+QUIET = 60.0  # a step unchanged this long (or half the floor, if less) makes the scraper kick the job's reconcile
 
 
 @dataclass
@@ -156,7 +156,7 @@ class StallTracker:
         if job is None:
             return False
         quiet = (now - (job.step_at if job.moved and job.step_at else job.since)).total_seconds()
-        return quiet >= QUIET or bool(job.silent) \
+        return quiet >= min(QUIET, self.policy.floor / 2) or bool(job.silent) \
             or any((now - r.beat_moved).total_seconds() >= self.policy.heartbeat / 2 for r in job.ranks.values())
 
     def stacks_done(self, key: Key, dump: StackDump) -> None:

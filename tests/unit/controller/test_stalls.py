@@ -176,6 +176,8 @@ def test_a_job_whose_first_steps_fell_between_two_scrapes_has_started() -> None:
     assert w is not None and w.step_moved == at(0)
     stall = find_stall(w, at(30), None, 1800, policy)
     assert stall is not None and "step 3 for 30s" in stall.message and "the floor 20s" in stall.message
+    # a pass to find it comes within half the floor (a floor under 2 min: not a minute later, as with the default)
+    assert not t.suspicious(KEY, at(9)) and t.suspicious(KEY, at(10))
     resumed = StallTracker(policy)  # attempt 1 resumed from checkpoint-25: step 25, nothing trained yet
     resumed.observe(KEY, 1, [("a", scrape(10.0, 25, 25, "generating"))], None, at(0))
     resumed.observe(KEY, 1, [("a", scrape(12.0, 25, 25, "generating"))], None, at(300))
