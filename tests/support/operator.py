@@ -15,17 +15,19 @@ from typing import Any, Optional
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from grpo_operator.api import crd as crdgen
 from tests.support.cluster.kubectl import Kubectl
 from tests.support.cluster.util import ManagedProcess, free_port, wait_until
 from tests.support.jobs import manifest
 
 REPO = Path(__file__).resolve().parents[2]
 
-CRD_FILE = REPO / "crds" / "grpo.dev_grpojobs.yaml"
-
-
 def install_crd(k: Kubectl) -> None:
-    k("apply", "--validate=false", "-f", str(CRD_FILE))
+    """The CRD the chart installs on this server's version (`grpojob crd --kube-version`): on 1.20, the one without
+    int-or-string (api/crd.py), so that the tests meet what users of that server get."""
+    version = k.json("version")["serverVersion"]
+    kube = crdgen.parse_kube_version(f"{version['major']}.{version['minor']}")
+    k("apply", "--validate=false", "-f", "-", input=crdgen.crd_yaml(kube))
 
     def established() -> bool:
         c = k.json("get", "crd", "grpojobs.grpo.dev")
