@@ -182,6 +182,7 @@ def test_operator_dockerfile_shape():
 
 
 @pytest.mark.slow
+@pytest.mark.cuda_image  # the CUDA image's input (2 min against the public index): opt-in with the image's tests
 @pytest.mark.timeout(900)
 def test_cuda_lock_resolves_against_the_index(tmp_path):
     """pip resolves lock-cuda.txt as a whole, with dependencies, for the image's platform (CPython 3.11, glibc 2.36,
