@@ -12,8 +12,12 @@ In one process, on the same machine, alternately:
   ratio = cluster / local (goal ≤ 1.3).
   The cluster side is observed without polling (one `kubectl logs -f` per pod): a poll loop beside the pods took
   ~0.5 of a core of the 2-core node and slowed the start it timed (docs/performance.md).
-  * resume: SIGKILL of the rank-0 container's main process from the host → the first step of the restarted gang
-    (operator backoff 1 s, new pods, model load, checkpoint restore).
+  * recovery, side by side in the last run's job: SIGKILL of the other pod's worker process (the pods stay: torchrun's
+    agents restart the workers in place, runPolicy.restartPolicy InPlace) → the first resumed step; then SIGKILL of
+    the rank-0 container's main process from the host → the first step of the recreated gang (operator backoff 1 s,
+    new pods, model load, checkpoint restore). For each: where the time went (the launchers' in-place restart line,
+    the new pods' scheduling and containers, and each worker's GRPO_STARTUP record: imports, data, TRL, model,
+    restore, first step).
 
 The cluster is the project's real node (scripts/node/up.sh) or GRPO_TEST_KUBECONFIG; the chart is installed once with
 `lifecycle.backoffBaseSeconds=1` and `metrics.progressIntervalSeconds=2`. Needs root for the local node.
@@ -34,12 +38,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # bench/ is not a package: reach tests.support like `python -m pytest` does
 
 import yaml
 
+from grpo_trainer.contract import STARTUP_PREFIX as STARTUP
 from tests.support.journey import (
     PROGRESS,
     Transcript,
@@ -81,10 +87,11 @@ def _ts(text: str) -> float:
     return calendar.timegm(time.strptime(date, "%Y-%m-%dT%H:%M:%S")) + float("0." + (frac or "0"))
 
 
-def phases(user: User, name: str, t0: float) -> dict[str, dict[str, float]]:
-    """Per pod of attempt 0, seconds after the apply: created, container started, the launcher's wait for the c10d
-    store (when it had to), the workers' first output (after the rendezvous), the first step (GRPO_PROGRESS)."""
-    got = user.json("get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name},grpo.dev/attempt=0") or {}
+def phases(user: User, name: str, t0: float, attempt: int = 0) -> dict[str, dict[str, float]]:
+    """Per pod of `attempt`, seconds after t0 (the apply, or the kill that recreated it): created, container started,
+    the launcher's wait for the c10d store (when it had to), the workers' first output (after the rendezvous), the
+    first step (GRPO_PROGRESS); and rank 0's GRPO_STARTUP record (where its worker's start went)."""
+    got = user.json("get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name},grpo.dev/attempt={attempt}") or {}
     out: dict[str, dict[str, float]] = {}
     for p in got.get("items", []):
         pod = p["metadata"]["name"]
@@ -109,8 +116,41 @@ def phases(user: User, name: str, t0: float) -> dict[str, dict[str, float]]:
                 row.setdefault("store_reached", at)
             else:  # the workers' first output (the data set loads right after the rendezvous)
                 row.setdefault("workers_first_output", at)
+            if text.startswith(STARTUP):
+                row.update({f"startup_{k}": v for k, v in json.loads(text[len(STARTUP):]).items()
+                            if isinstance(v, (int, float)) and k not in ("processStart", "inPlaceRestart")})
             if text.startswith(PROGRESS):
                 row.setdefault("first_step", at)
+                break
+        out[pod] = {k: round(v, 2) for k, v in row.items()}
+    return out
+
+
+def in_place_phases(user: User, name: str, t_kill: float) -> dict[str, dict[str, float]]:
+    """Per pod of attempt 0, seconds after the worker was killed: the launcher's in-place restart line (the failure
+    seen, the workers stopped), the new worker's process start and first step (rank 0's GRPO_STARTUP record, with
+    where its start went)."""
+    got = user.json("get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name},grpo.dev/attempt=0") or {}
+    out: dict[str, dict[str, float]] = {}
+    for p in got.get("items", []):
+        pod = p["metadata"]["name"]
+        row: dict[str, float] = {}
+        lines = user.kubectl("logs", "-n", NS, pod, "-c", "trainer", "--timestamps", quiet=True, check=False).stdout
+        for line in lines.splitlines():
+            stamp, _, text = line.partition(" ")
+            try:
+                at = _ts(stamp) - t_kill
+            except ValueError:
+                continue
+            if text.startswith("grpo_trainer.launch: in-place restart 1:"):
+                row["agent_restarts_workers"] = at
+            elif text.startswith(STARTUP) and "agent_restarts_workers" in row:
+                rec = json.loads(text[len(STARTUP):])
+                row["worker_process_started"] = rec["processStart"] - t_kill
+                row.update({f"startup_{k}": v for k, v in rec.items()
+                            if isinstance(v, (int, float)) and k not in ("processStart", "inPlaceRestart")})
+            elif text.startswith(PROGRESS) and "agent_restarts_workers" in row:
+                row["first_step"] = at
                 break
         out[pod] = {k: round(v, 2) for k, v in row.items()}
     return out
@@ -144,9 +184,12 @@ class Followers:
 
     def _read(self, pod: str, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
+        restarted = False  # the records after rank 0's GRPO_STARTUP of an in-place restart are the new workers'
         for line in proc.stdout:
+            if line.startswith(STARTUP):
+                restarted = restarted or bool(json.loads(line[len(STARTUP):]).get("inPlaceRestart"))
             for rec in progress_records(line):
-                self.records.put((pod, rec))
+                self.records.put((pod, {**rec, "in_place": restarted}))
 
     def until(self, accept: Callable[[dict], bool], timeout: float, what: str) -> tuple[str, dict]:
         deadline = time.monotonic() + timeout
@@ -164,18 +207,19 @@ class Followers:
             proc.wait(10)
 
 
-def cluster_run(user: User, name: str, max_steps: int, kill: bool, cpu: str) -> dict[str, float]:
-    # the kill run trains long enough to be killed mid-way, after a checkpoint (~0.3 s a step here)
+def cluster_run(user: User, name: str, max_steps: int, kill: bool, cpu: str) -> dict[str, Any]:
+    # the kill run trains long enough to be killed twice mid-way, each time after a checkpoint (~0.3 s a step here)
     save = 10 if kill else max_steps
-    job = tiny_job(name, max_steps=max(max_steps, 80) if kill else max_steps, save_steps=save, cpu=cpu)
+    job = tiny_job(name, max_steps=max(max_steps, 150) if kill else max_steps, save_steps=save, cpu=cpu)
     t0 = time.time()
     user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(job))
     first = Followers(user, name, 0)
     try:
         pod, rec = first.until(lambda r: True, 600, "the first step")
-        out = {"apply_to_first_step_s": rec["timestamp"] - t0, "phases": phases(user, name, t0)}
+        out: dict[str, Any] = {"apply_to_first_step_s": rec["timestamp"] - t0, "phases": phases(user, name, t0)}
         if kill:
-            first.until(lambda r: save < r["step"] < 40, 600, f"a step past checkpoint-{save}")
+            out.update(_in_place(user, name, first, pod, save))
+            pod, _ = first.until(lambda r: r["in_place"] and r["step"] > 4 * save, 600, "a step past the next checkpoint")
             t_kill = time.time()
             user.node.kill_container_main_process(NS, pod, "trainer")
     finally:
@@ -188,10 +232,23 @@ def cluster_run(user: User, name: str, max_steps: int, kill: bool, cpu: str) -> 
             resumed.close()
         out["kill_to_resumed_step_s"] = rec["timestamp"] - t_kill
         out["resumed_at_step"] = rec["step"]
+        out["recreated_phases"] = phases(user, name, t_kill, attempt=1)
     user.kubectl("delete", "grpojob", name, "-n", NS, "--wait=true", "--timeout=120s", quiet=True)
     wait_for(lambda: not user.kubectl("get", "pods", "-n", NS, "-l", f"grpo.dev/job-name={name}", "-o", "name",
                                       quiet=True).stdout.strip(), 120, 0.5, what="pods gone")
     return out
+
+
+def _in_place(user: User, name: str, follow: Followers, rank0_pod: str, save: int) -> dict[str, Any]:
+    """SIGKILL of the other pod's worker process once a checkpoint is written → the first step of the workers that
+    torchrun's agents started again in the same pods."""
+    follow.until(lambda r: save < r["step"] < 2 * save, 600, f"a step past checkpoint-{save}")
+    other = next(p for p in follow.pods if p != rank0_pod)
+    t_kill = time.time()
+    user.node.kill_worker_processes(NS, other, "trainer")
+    _, rec = follow.until(lambda r: r["in_place"], 600, "the first step after the in-place restart")
+    return {"in_place_kill_to_resumed_step_s": rec["timestamp"] - t_kill, "in_place_resumed_at_step": rec["step"],
+            "in_place_phases": in_place_phases(user, name, t_kill)}
 
 
 def main() -> int:
@@ -201,8 +258,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=REPO / "out" / "journey" / "bench.json")
     ap.add_argument("--cpu-limit", default="1", help="each pod's CPU limit (default 1: one process per pod)")
     a = ap.parse_args()
-    results: dict[str, list] = {"cluster_first_step_s": [], "local_first_step_s": [], "ratio": [],
-                                "kill_to_resumed_step_s": [], "cluster_phases": []}
+    results: dict[str, Any] = {"cluster_first_step_s": [], "local_first_step_s": [], "ratio": [],
+                                "kill_to_resumed_step_s": [], "in_place_kill_to_resumed_step_s": [],
+                                "cluster_phases": [], "recovery_phases": []}
     with NodeCluster.start() as node:
         transcript = Transcript(a.out.with_suffix(".transcript.txt"))
         user = User(node, transcript)
@@ -222,9 +280,13 @@ def main() -> int:
             results["cluster_phases"].append(c["phases"])
             if "kill_to_resumed_step_s" in c:
                 results["kill_to_resumed_step_s"].append(round(c["kill_to_resumed_step_s"], 2))
+                results["in_place_kill_to_resumed_step_s"].append(round(c["in_place_kill_to_resumed_step_s"], 2))
+                results["recovery_phases"].append({"in_place": c["in_place_phases"], "recreated": c["recreated_phases"]})
             print(f"run {i}: cluster {c['apply_to_first_step_s']:.1f} s, local {local:.1f} s, "
                   f"ratio {c['apply_to_first_step_s'] / local:.2f}" +
-                  (f", SIGKILL → resumed step {c['resumed_at_step']} in {c['kill_to_resumed_step_s']:.1f} s"
+                  (f", worker SIGKILL → in place, resumed step {c['in_place_resumed_at_step']} in "
+                   f"{c['in_place_kill_to_resumed_step_s']:.1f} s; container SIGKILL → new pods, resumed step "
+                   f"{c['resumed_at_step']} in {c['kill_to_resumed_step_s']:.1f} s"
                    if "kill_to_resumed_step_s" in c else ""), flush=True)
     results["median_ratio"] = statistics.median(results["ratio"])
     results["machine"] = {"cpus": os.cpu_count()}

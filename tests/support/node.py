@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.processes import descendants, rank_of
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts" / "node"
 TOOLS = Path(os.environ.get("GRPO_TOOLS_BIN") or REPO / ".tools" / "bin")
@@ -269,43 +271,29 @@ class NodeCluster:
         return "in-container SIGKILL"
 
     def kill_worker_processes(self, namespace: str, pod: str, container: str) -> str:
-        """SIGKILL torchrun's worker processes of the container (the children of its main process, the elastic
-        agent, that carry a RANK), not the container: what a crash of the training process is while its pod and
+        """SIGKILL torchrun's worker processes of the container (the descendants of its main process, the elastic
+        agent, named grpo-rank-N), not the container: what a crash of the training process is while its pod and
         node stay healthy.  Local node: from the host; external cluster: from inside (the workers' parent is PID 1)."""
         if not self.external:
             agent = self.container_host_pid(namespace, pod, container)
             workers = children_with_rank(agent)
             for pid in workers:
                 os.kill(pid, signal.SIGKILL)
-            return f"host pids {sorted(workers)} (ranks {sorted(workers.values())}), children of {agent}"
+            return f"host pids {sorted(workers)} (ranks {sorted(workers.values())}), under {agent}"
         script = ("import os,signal\n"
                   "for p in os.listdir('/proc'):\n"
                   "    try:\n"
-                  "        if p.isdigit() and open(f'/proc/{p}/stat').read().rsplit(')',1)[1].split()[1] == '1' "
-                  "and b'RANK=' in open(f'/proc/{p}/environ','rb').read(): os.kill(int(p), signal.SIGKILL)\n"
+                  "        if p.isdigit() and open(f'/proc/{p}/comm').read().startswith('grpo-rank-'): "
+                  "os.kill(int(p), signal.SIGKILL)\n"
                   "    except OSError: pass\n")
         self.kubectl("exec", "-n", namespace, pod, "-c", container, "--", "python", "-c", script, check=False)
         return "in-container SIGKILL of the workers"
 
 
 def children_with_rank(parent: int) -> dict[int, str]:
-    """The host PIDs of `parent`'s child processes that carry torchrun's RANK → that rank."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if ppid != parent:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"RANK" in env:
-            out[int(entry)] = env[b"RANK"].decode()
-    return out
+    """The host PIDs of `parent`'s descendants that are trainer workers → their global rank (forked workers carry it in
+    their process name: tests/support/processes.py)."""
+    return {pid: rank for pid in descendants(parent) if (rank := rank_of(pid)) is not None}
 
 
 def kubectl_path() -> Path:

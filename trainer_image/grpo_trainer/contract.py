@@ -52,6 +52,12 @@ ATTEMPT_ENV = "GRPO_ATTEMPT"  # the pod's attempt (grpo.dev/attempt), in the tra
 # runPolicy.restartPolicy InPlace: how many times torchrun's agents restarted this attempt's workers inside their pods
 # (grpo_trainer/launch.py sets it for each generation of workers; 0 for the first)
 IN_PLACE_RESTARTS_ENV = "GRPO_IN_PLACE_RESTARTS"
+# the launcher's line when it starts a new generation of workers (`grpojob run --local` reports it): PREFIX + "N: ..."
+IN_PLACE_RESTART_PREFIX = "grpo_trainer.launch: in-place restart "
+# a worker's process name (/proc/PID/comm, `ps`): PREFIX + its global rank (grpo_trainer/launch.py)
+WORKER_NAME_PREFIX = "grpo-rank-"
+# where a process's start went (global rank 0, once, at its first step: grpo_trainer/startup.py)
+STARTUP_PREFIX = "GRPO_STARTUP "
 RESULT_PREFIX = "GRPO_RESULT "  # the final record, in the pod's termination message
 TERMINATION_LOG = "/dev/termination-log"
 STAGE_PREFIX = "GRPO_STAGE "  # a staging progress/result record (JSON) on stdout: grpo_trainer/stage.py

@@ -21,6 +21,8 @@ and they save a checkpoint).
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import signal
 import socket
@@ -28,7 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from .contract import C10D_PORT, IN_PLACE_RESTARTS_ENV
+from .contract import C10D_PORT, IN_PLACE_RESTART_PREFIX, IN_PLACE_RESTARTS_ENV, WORKER_NAME_PREFIX
 from .exitcodes import DISTRIBUTED, SIGNAL_BASE, from_returncode, is_retryable
 
 DEFAULT_JOIN_TIMEOUT = 600  # torchrun's own default for c10d's join_timeout
@@ -163,7 +165,7 @@ def install_agent_hooks(say: Callable[[str], None] | None = None) -> None:
         # times; this way at most --max-restarts, the budget the operator gave the attempt
         self._remaining_restarts = worker_group.spec.max_restarts - starts[0]
         if starts[0]:
-            tell(f"grpo_trainer.launch: in-place restart {starts[0]}: starting the workers again in this pod "
+            tell(f"{IN_PLACE_RESTART_PREFIX}{starts[0]}: starting the workers again in this pod "
                  "(they resume from the latest checkpoint)")
         starts[0] += 1
         return initialize(self, worker_group)
@@ -184,6 +186,78 @@ def install_agent_hooks(say: Callable[[str], None] | None = None) -> None:
     LocalElasticAgent._monitor_workers = _monitor_workers
 
 
+# What every worker imports before it reads its job (grpo_trainer/__main__.py): the forkserver imports it once, and
+# each generation of workers starts from there (lean_imports hides what a job does not use later, in the worker).
+PRELOAD = ["torch", "grpo_trainer.config", "grpo_trainer.preemption", "grpo_trainer.train"]
+TRAINER_MODULE = ["-u", "-m", "grpo_trainer"]  # torchrun's command for `-m grpo_trainer ARGS`
+
+
+def name_process(name: str) -> None:
+    """The process's name in `ps`, `top` and /proc/PID/comm (Linux, 15 bytes at most). A forked worker's environment
+    in /proc is the forkserver's, so its name is what tells its rank from outside."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def train_worker(*argv: str) -> None:
+    """One worker: `python -m grpo_trainer ARGS`, forked from the forkserver (its imports done). Returns on success,
+    as torchrun's function workers must (their return value tells the agent they finished); exits with the contract
+    code otherwise."""
+    from . import __main__ as trainer_main
+
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(line_buffering=True, write_through=True)  # as `python -u`
+    # the forkserver's environment is the launcher's when it started: this generation's count comes from torchrun
+    os.environ[IN_PLACE_RESTARTS_ENV] = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    name_process(f"{WORKER_NAME_PREFIX}{os.environ.get('RANK', '')}")
+    code = trainer_main.run_worker(list(argv))
+    if code:
+        sys.exit(code)
+
+
+class _NoJoinTraceback(logging.Filter):
+    """torchrun logs a forked worker's non-zero exit with the traceback of its own join (ProcessExitedException): the
+    exit code, on the same line, is the news; a traceback in the pod's log reads like a crash of the launcher."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and type(exc).__name__ == "ProcessExitedException":
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _launch(args) -> None:
+    """torchrun's run(args); a `-m grpo_trainer` job's workers are forked from a forkserver that imported PRELOAD once,
+    so an in-place restart's workers skip the seconds of imports (docs/performance.md). torchrun's own run() does the
+    rest (--standalone and all): only the entrypoint it derives from the arguments is swapped."""
+    import multiprocessing
+
+    import torch.distributed.run as torchrun
+
+    derive = torchrun.config_from_args
+
+    def config_from_args(a):
+        config, cmd, cmd_args = derive(a)
+        if cmd == sys.executable and list(cmd_args[:3]) == TRAINER_MODULE:
+            multiprocessing.set_forkserver_preload(PRELOAD)
+            config.start_method = "forkserver"
+            return config, train_worker, list(cmd_args[3:])
+        return config, cmd, cmd_args
+
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_NoJoinTraceback())
+    torchrun.config_from_args = config_from_args
+    try:
+        torchrun.run(args)
+    finally:
+        torchrun.config_from_args = derive
+
+
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     os.write(2, b"grpo_trainer.launch: SIGTERM before the workers started; exit 143\n")
     os._exit(SIGNAL_BASE + signum)  # nothing to save yet; a raise could be caught inside torch's rendezvous
@@ -191,7 +265,7 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    from torch.distributed.run import parse_args, run
+    from torch.distributed.run import parse_args
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.rdzv_backend == "c10d" and args.rdzv_endpoint:
@@ -204,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         # rank 0 hosts a fresh store (torch's own opt-out; the job's pods reach each other on every port).
         os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     try:
-        run(args)
+        _launch(args)
     except BaseException as e:
         code = exit_code_for(e)
         if code is None:

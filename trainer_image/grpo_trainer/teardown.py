@@ -10,8 +10,9 @@ import threading
 DEFAULT_TIMEOUT_S = 60.0
 
 
-def finish(trainer=None, code: int = 0, timeout_s: float | None = None) -> None:
-    """Never returns. After training finished and the model was saved, a hang here must not keep the job running.
+def finish(trainer=None, code: int = 0, timeout_s: float | None = None, exit_process: bool = True) -> None:
+    """Never returns (with `exit_process=False`: returns once the teardown is done; the watchdog still exits).
+    After training finished and the model was saved, a hang here must not keep the job running.
 
     torch 2.13 gloo sometimes deadlocks or aborts ("terminate called without an active exception") while tearing
     down; dropping the DDP-wrapped model and collecting garbage before destroy_process_group() avoids it, and a
@@ -51,4 +52,8 @@ def finish(trainer=None, code: int = 0, timeout_s: float | None = None) -> None:
             dist.destroy_process_group()
     except Exception as e:
         sys.stderr.write(f"grpo_trainer: ignoring an error during teardown: {type(e).__name__}: {e}\n")
-    _flush_and_exit()
+    if exit_process:
+        _flush_and_exit()
+    watchdog.cancel()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()

@@ -124,6 +124,10 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     """Train; return (exit code, trainer). Raises TrainerError for permanent errors found before training."""
     import torch
 
+    from . import startup
+
+    start = startup.StartClock()
+    start.mark("imports")
     cuda = torch.cuda.is_available()
     # 0. Metrics first (local rank 0 of each node): the operator finds the rank-0 pod while the model loads.
     from . import metrics as metrics_mod
@@ -134,6 +138,7 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     metrics = metrics_mod.start(cfg.metrics_port, cfg.job_name, cfg.job_namespace, clock.directory or "")
     # 1.-2. Cheap checks, then GRPOConfig (TRL's batch check with the real world size).
     tokenizer, reward_funcs, splits, args, revision, trust = _prepare(cfg, cuda)
+    start.mark("prepare")
     phases.register(clock, cfg.output_dir)  # its stacks on a signal, into the output volume the checks found good
     # 3. The checkpoint to resume from; a job restarted after it already reached max_steps only re-saves the model
     #    (resuming at max_steps would make transformers train one more step).
@@ -147,19 +152,21 @@ def run(cfg: TrainerConfig) -> tuple[int, object]:
     #    The policy goes to TRL as its id, as TRL's grpo.py does: TRL loads it with model_init_kwargs (dtype,
     #    attn_implementation, revision, trust_remote_code) after GRPOConfig, like the reference model.
     grpo_trainer_class = _import_trl(cfg, args, cuda, revision)
+    start.mark("trl")
     from . import preemption as preempt
 
     if preempt.requested():
         log("SIGTERM during setup: exiting 143 (retryable) before training")
         return PREEMPTED, None
     preemption = preempt.PreemptionCallback()
-    callbacks: list[Any] = [preemption, phases.callback(clock)]
+    callbacks: list[Any] = [preemption, phases.callback(clock), startup.callback(start)]
     progress = ProgressCallback(print_lines=cfg.progress, metrics=metrics) \
         if cfg.progress or metrics is not None else None
     if progress is not None:
         callbacks.append(progress)
     trainer = _make_trainer(grpo_trainer_class, cfg, args, tokenizer, reward_funcs, splits, callbacks)
     phases.instrument(trainer, clock)
+    start.mark("model")
     if checkpoint:
         log(f"resuming from {checkpoint}")
         guard_checkpoint_loading(trainer, checkpoint)

@@ -21,12 +21,13 @@ from collections import deque
 from pathlib import Path
 from typing import IO, Any, Optional
 
+from grpo_trainer.contract import IN_PLACE_RESTART_PREFIX as IN_PLACE
 from grpo_trainer.contract import PROGRESS_PREFIX as PROGRESS
 from grpo_trainer.contract import RESULT_PREFIX as RESULT
 
 from .. import api
 from ..render import manifests
-from ..rules import batch, validation
+from ..rules import batch, restarts, validation
 from ..rules.topology import Topology
 from . import documents, local_resume, local_stage, supervisor
 
@@ -97,6 +98,7 @@ class _Reader(threading.Thread):
         self.last: Optional[dict[str, Any]] = None
         self.result: Optional[dict[str, Any]] = None
         self.tail: deque[str] = deque(maxlen=40)
+        self.in_place = 0  # in-place restarts of the workers (the launcher's line per new generation)
 
     def run(self) -> None:
         for raw in iter(self.stream.readline, ""):
@@ -118,9 +120,22 @@ class _Reader(threading.Thread):
                 except json.JSONDecodeError:
                     pass
             else:
+                if line.startswith(IN_PLACE):
+                    self._restarted(line)
                 self.tail.append(line)
                 if self.verbose:
                     sys.stderr.write(("\r\x1b[2K" if self.tty else "") + line + "\n")
+
+
+    def _restarted(self, line: str) -> None:
+        """A worker failed and the launcher started the workers again (runPolicy.restartPolicy InPlace): say so above
+        the progress bar, with the reason lines torchrun printed just before."""
+        count = line[len(IN_PLACE):].split(":", 1)[0]
+        self.in_place = int(count) if count.isdigit() else self.in_place + 1
+        text = f"grpojob: in-place restart {self.in_place}: a worker failed; starting the workers again " \
+               "(they resume from the latest checkpoint)"
+        sys.stderr.write(("\r\x1b[2K" if self.tty and self.show_progress else "") + text + "\n")
+        sys.stderr.flush()
 
 
 def main(args: argparse.Namespace) -> int:
@@ -146,7 +161,9 @@ def main(args: argparse.Namespace) -> int:
         if code != 0:
             shutil.rmtree(workdir, ignore_errors=True)
             return code
-    argv = manifests.torchrun_argv(1, nproc, f"127.0.0.1:{_free_port()}", f"local-{os.getpid()}", str(config_path))
+    policy = job.spec.runPolicy
+    argv = manifests.torchrun_argv(1, nproc, f"127.0.0.1:{_free_port()}", f"local-{os.getpid()}", str(config_path),
+                                   max_restarts=restarts.local_in_place_budget(policy.restartPolicy, policy.backoffLimit))
     argv[0] = sys.executable  # the launcher runs with this interpreter (the pod's is the image's python)
     env = {**os.environ, **stage_env}
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -243,7 +260,7 @@ def _write_config(job: api.GRPOJob, output_dir: str, workdir: Path) -> Path:
     return config_path
 
 
-def summary(name: str, wall: float, r: dict[str, Any], output_dir: str) -> str:
+def summary(name: str, wall: float, r: dict[str, Any], output_dir: str, in_place: int = 0) -> str:
     """The last line of a successful run; every value spelled for a person (no None)."""
     step, max_steps, reward = r.get("step"), r.get("maxSteps"), r.get("reward")
     steps = f"{step if step is not None else '?'}/{max_steps if max_steps is not None else '?'} steps"
@@ -255,6 +272,9 @@ def summary(name: str, wall: float, r: dict[str, Any], output_dir: str) -> str:
                 f"--fresh to start over)")
     rewarded = f"final reward {reward:.3f}" if isinstance(reward, (int, float)) else "no reward logged"
     since = f", resumed from {Path(resumed).name}" if resumed else ""
+    if in_place:  # the last generation of workers resumed from the latest checkpoint, or started over without one
+        restarted = f"{in_place} in-place restart{'s' if in_place > 1 else ''}"
+        since += f" after {restarted}" if resumed else f", started over after {restarted} (no checkpoint yet)"
     return f"grpojob: {name} finished in {wall:.0f}s: {steps}{since}, {rewarded}; model saved to {output_dir}{checkpoint}"
 
 
@@ -263,7 +283,7 @@ def _report(args: argparse.Namespace, name: str, code: int, reader: _Reader, wal
     if reader.tty and reader.last and not args.no_progress:
         sys.stderr.write("\n")
     if code == 0:
-        print(summary(name, wall, reader.result or reader.last or {}, output_dir), file=sys.stderr)
+        print(summary(name, wall, reader.result or reader.last or {}, output_dir, reader.in_place), file=sys.stderr)
     else:
         tail = [line for line in reader.tail if line.strip()][-8:]
         if tail and not args.no_progress:

@@ -18,3 +18,10 @@ def in_place_budget(restart_policy: str, backoff_limit: int, charged: int) -> in
     if restart_policy != IN_PLACE:
         return 0
     return max(0, backoff_limit - charged - 1)
+
+
+def local_in_place_budget(restart_policy: str, backoff_limit: int) -> int:
+    """torchrun's --max-restarts for `grpojob run --local`: there are no pods to recreate on one machine, so under
+    InPlace every retry of backoffLimit restarts the workers in place (each resumes from the latest checkpoint);
+    under Recreate none does (a failed run ends, and running it again resumes)."""
+    return backoff_limit if restart_policy == IN_PLACE else 0

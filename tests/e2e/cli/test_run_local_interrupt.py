@@ -12,38 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import alive as _alive
+from tests.support.processes import descendants as _tree
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 REPO = Path(__file__).resolve().parents[3]
 JOB = REPO / "examples" / "local-tiny" / "grpojob.yaml"
-
-
-def _tree(root: int) -> dict[int, str]:
-    """Descendants of root → command line."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(d))
-    out: dict[int, str] = {}
-    todo = [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            try:
-                out[c] = Path(f"/proc/{c}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            todo.append(c)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("how, code", [("SIGINT", 130), ("SIGTERM", 130), ("SIGKILL launcher group", None)])

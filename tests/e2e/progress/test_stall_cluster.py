@@ -26,6 +26,7 @@ from tests.e2e.progress.test_progress_cluster import (
 )
 from tests.support import operator as H
 from tests.support.cluster.util import free_port, wait_until
+from tests.support.processes import descendants, rank_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -42,15 +43,8 @@ def crd(controlplane: Any) -> Any:
 
 def worker(launcher: subprocess.Popen, rank: int) -> int:
     """The pid of the training process of global rank `rank` under the pod's torchrun."""
-    from tests.e2e.progress.test_progress_cluster import descendants
-
     for pid in descendants(launcher.pid):
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"RANK={rank}".encode() in env and b"TORCHELASTIC_RUN_ID" in b" ".join(env) \
-                and b"LOCAL_RANK" in b" ".join(env):
+        if rank_of(pid) == str(rank):
             return pid
     raise AssertionError(f"no worker of rank {rank}")
 

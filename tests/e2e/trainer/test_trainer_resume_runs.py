@@ -12,6 +12,7 @@ import time
 import pytest
 
 from grpo_trainer import exitcodes as ec
+from tests.support.processes import descendants, rank_of
 from tests.support.trainer import PROGRESS, Run, kill_group, launch_cmd, run, start
 
 pytestmark = pytest.mark.slow
@@ -62,29 +63,6 @@ class Watched:
         return Run(self.proc.returncode, "".join(self.out), "".join(self.err), time.monotonic() - self.t0)
 
 
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == pid:
-                out.append(int(entry))
-    return out
-
-
-def local_rank_of(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-    except OSError:
-        return None
-    return env.get(b"LOCAL_RANK", b"").decode() or None
-
-
 def resumed_from(r: Run) -> int | None:
     for line in r.stderr.splitlines():
         if line.startswith("grpo_trainer: resuming from "):
@@ -123,8 +101,8 @@ def test_sigterm_then_worker_kill_then_resume_to_the_end(tiny_config, tmp_path):
     job = Watched(cmd, GRPO_ATTEMPT="1", **slow)
     job.wait_for_step(stopped + 3)
     ckpts = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
-    victims = [pid for pid in children(job.proc.pid) if local_rank_of(pid) == "1"]
-    assert len(victims) == 1, children(job.proc.pid)
+    victims = [pid for pid in descendants(job.proc.pid) if rank_of(pid) == "1"]
+    assert len(victims) == 1, descendants(job.proc.pid)
     os.kill(victims[0], signal.SIGKILL)
     r2 = job.finish()
     assert ec.is_retryable(r2.returncode), r2

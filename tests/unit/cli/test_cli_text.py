@@ -178,3 +178,15 @@ def test_render_reads_stdin_and_writes_no_anchors(capsys: Any, monkeypatch: Any)
 def test_run_local_summary_never_says_none(result: dict[str, Any], expected: str) -> None:
     line = local_run.summary("job", 3.2, result, "/o")
     assert expected in line and "None" not in line, line
+
+
+@pytest.mark.parametrize("in_place, result, expected", [
+    (1, {"step": 8, "maxSteps": 8, "reward": 0.5, "resumedFrom": "/o/checkpoint-4"},
+     "8/8 steps, resumed from checkpoint-4 after 1 in-place restart, final reward 0.500"),
+    (2, {"step": 8, "maxSteps": 8, "reward": 0.5, "resumedFrom": "/o/checkpoint-6"},
+     "resumed from checkpoint-6 after 2 in-place restarts,"),
+    (1, {"step": 8, "maxSteps": 8, "reward": 0.5}, "8/8 steps, started over after 1 in-place restart (no checkpoint yet)"),
+])
+def test_run_local_summary_says_how_it_restarted_in_place(in_place: int, result: dict[str, Any], expected: str) -> None:
+    line = local_run.summary("job", 3.2, result, "/o", in_place)
+    assert expected in line, line

@@ -98,6 +98,12 @@ def test_in_place_budget(policy: str, limit: int, charged: int, budget: int) -> 
                           charged=charged + budget, in_place_left=0) != Action.IN_PLACE
 
 
+@pytest.mark.parametrize("policy, limit, budget", [("InPlace", 3, 3), ("InPlace", 0, 0), ("Recreate", 3, 0)])
+def test_run_local_restarts_in_place_with_every_retry(policy: str, limit: int, budget: int) -> None:
+    """One machine has no pods to recreate: under InPlace every retry is in place; under Recreate none is."""
+    assert restarts.local_in_place_budget(policy, limit) == budget
+
+
 def _argv(body: dict[str, Any], **kw: Any) -> list[str]:
     res = validation.validate(body)
     assert res.valid and res.job is not None and res.topology is not None, res.summary()
