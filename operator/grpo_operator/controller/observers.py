@@ -67,8 +67,8 @@ class Observed:
 
 class Observers:
     """The job cache, the validation cache, the pod index with the expectations, the progress scraper, the engine
-    probes and the stall tracker with its stack dumps. `kube` is the writer's client handle (replaced on a new
-    login); `kick`, `kick_later` and `kick_all` are the work queue's."""
+    probes and the stall tracker with its stack dumps. `kube_of` gives the writer's client handle (a new login
+    replaces it); `kick`, `kick_later` and `kick_all` are the work queue's."""
 
     def __init__(self, config: Settings, kube_of: Callable[[], Optional[kube.Kube]], kick: Callable[[Key], None],
                  kick_later: Callable[[Key, float], None], kick_all: Callable[[], None]):
