@@ -12,6 +12,14 @@ from pathlib import Path
 
 import pytest
 
+# The operator's entry point blocks the official `kubernetes` client for its own process (a setdefault of None in
+# sys.modules, cli/grpo_operator.py); tests import that module in-process beside the client's tests, which use the
+# client. Imported first, the client stays importable whatever order the test modules are collected in.
+try:
+    import kubernetes  # noqa: F401
+except ImportError:  # an install without the client: its tests do not run
+    pass
+
 pytest_plugins = ["tests.support.cluster.fixtures", "tests.support.operator", "tests.support.trainer"]
 
 TIERS = ("unit", "integration", "e2e")

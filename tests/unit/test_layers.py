@@ -131,7 +131,7 @@ def test_the_graph_is_real() -> None:
     assert "grpo_operator.lifecycle.decision" in GRAPH["grpo_operator.controller.handlers"] or \
         "grpo_operator.lifecycle" in GRAPH["grpo_operator.controller.handlers"]
     assert "grpo_trainer.contract" in GRAPH["grpo_operator.render.manifests"]
-    assert "kopf" in GRAPH["grpo_operator.controller.handlers"]
+    assert "kopf" in GRAPH["grpo_operator.controller.registration"]
     assert "grpo_operator.lifecycle.pods" in GRAPH["grpo_operator.lifecycle.decision"]
 
 

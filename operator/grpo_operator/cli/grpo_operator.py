@@ -23,7 +23,7 @@ from typing import Any, Optional
 for _client in ("kubernetes", "kubernetes_asyncio", "pykube"):
     sys.modules.setdefault(_client, None)  # type: ignore[arg-type]
 
-from ..controller import handlers, registration, settings  # noqa: E402 — after the block above
+from ..controller import registration, settings  # noqa: E402 — after the block above
 
 
 class JsonFormatter(logging.Formatter):
@@ -64,7 +64,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> settings.Settings:
 def run(cfg: settings.Settings, stop_flag: Optional[Any] = None, ready_flag: Optional[Any] = None) -> None:
     import kopf
 
-    registry, kopf_settings, controller = handlers.build(cfg)
+    registry, kopf_settings, controller = registration.build(cfg)
     clusterwide = cfg.all_namespaces
     # kopf pauses every peer of equal priority; a random one makes exactly one replica active.
     priority = random.SystemRandom().randint(1, 2**31) if cfg.peering else 0
@@ -81,7 +81,7 @@ def run(cfg: settings.Settings, stop_flag: Optional[Any] = None, ready_flag: Opt
         if cfg.leader_elect:  # the controller waits for the Lease (controller/ha.py); kopf serves the webhook now
             from ..controller import ha
 
-            elected = await ha.start(cfg, controller, registration._login)
+            elected = await ha.start(cfg, controller.start_leading, registration._login)
         try:
             await kopf.operator(
                 registry=registry, settings=kopf_settings, clusterwide=clusterwide,

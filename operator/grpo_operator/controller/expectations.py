@@ -4,7 +4,7 @@
     synthetic PodInfos, so that a second pass does not create them again;
   * objects with its pods' names owned by something else, found when a create conflicted: they count as foreign
     pods for a minute, so that the lifecycle reports the conflict.
-Deletes it sent are not sent again within a window either: that is ratelimit.py, used by handlers.py.
+Deletes it sent are not sent again within a window either: that is ratelimit.py, used by writer.py.
 """
 
 from __future__ import annotations

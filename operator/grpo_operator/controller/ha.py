@@ -1,19 +1,20 @@
 """High availability (`--leader-elect`): only the Lease holder runs the controller; every replica serves the webhook.
 
 A standby drops kopf's GRPOJob events (it caches nothing and starts none of the pod watch, resync, scraper or work
-queue: `Controller.ensure_background` is reached only through an admitted event or `start_leading`). On acquiring
-the Lease, the new leader re-lists every GRPOJob in its scope before acting, so it never acts on a cache older than
-its lease; the pod watch lists the pods before any reconcile (podwatch.py). Losing the Lease ends the process
-(leader.py), so there is no way back from leader to standby with stale state. The elector runs on a thread and event
-loop of its own: the operator's loop also serves the webhook, whose load a tenant chooses.
+queue: `Controller.ensure_background` is reached only through an admitted event or `Controller.start_leading`; the
+gate is the writer's, writer.py). On acquiring the Lease, the new leader re-lists every GRPOJob in its scope before
+acting (relist), so it never acts on a cache older than its lease; the pod watch lists the pods before any reconcile
+(podwatch.py). Losing the Lease ends the process (leader.py), so there is no way back from leader to standby with
+stale state. The elector runs on a thread and event loop of its own: the operator's loop also serves the webhook,
+whose load a tenant chooses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, Optional, Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Optional
 
 from .. import api
 from ..webhook.loopthread import LoopThread, run_on
@@ -22,20 +23,6 @@ from . import leader
 from .settings import Settings
 
 log = logging.getLogger("grpo_operator.ha")
-
-
-class Controller(Protocol):
-    """What this module needs of handlers.Controller (which imports this module)."""
-
-    gate: Gate
-    kube: Optional[kube_mod.Kube]
-    config: Settings
-
-    def observe_job(self, body: dict[str, Any]) -> Any: ...
-
-    def ensure_background(self) -> None: ...
-
-    def kick_all(self) -> None: ...
 
 
 class Gate:
@@ -77,27 +64,19 @@ async def list_jobs(kube: kube_mod.Kube, paths: list[str]) -> list[dict[str, Any
     return out
 
 
-async def start_leading(controller: Controller) -> None:
-    """Called on acquiring the Lease (again after a failure: leader.Elector retries it): admit events, re-list the
-    jobs, then start the controller's loops. A failed re-list raises: the jobs that existed before the takeover would
-    otherwise never be cached, and so never reconciled."""
-    gate = controller.gate
-    while controller.kube is None:  # kopf's login handler creates it, at start-up
-        await asyncio.sleep(0.1)
+async def relist(gate: Gate, kube: kube_mod.Kube, cfg: Settings) -> list[dict[str, Any]]:
+    """On acquiring the Lease (handlers.Controller.start_leading): admit events, then list every GRPOJob in scope,
+    less those deleted while the list was in flight; the items carry their kind (a list's items have none)."""
     gate.active, gate.relisting = True, True
     try:
-        items = await list_jobs(controller.kube, list_paths(controller.config))
+        items = await list_jobs(kube, list_paths(cfg))
     finally:
         gate.relisting = False
-    for item in items:
-        if (item.get("metadata") or {}).get("uid") in gate.deleted_meanwhile:
-            continue
-        # list items carry no kind; observe_job keeps a newer version already cached from an event meanwhile
-        controller.observe_job({"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": api.KIND, **item})
+    kept = [{"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": api.KIND, **item} for item in items
+            if (item.get("metadata") or {}).get("uid") not in gate.deleted_meanwhile]
     gate.deleted_meanwhile.clear()
     log.info("leader: re-listed %d jobs; starting the controller", len(items))
-    controller.ensure_background()
-    controller.kick_all()
+    return kept
 
 
 def lease_of(cfg: Settings) -> tuple[str, str]:
@@ -108,17 +87,18 @@ def lease_of(cfg: Settings) -> tuple[str, str]:
 Elected = tuple[leader.Elector, "asyncio.Task[None]", LoopThread]
 
 
-async def start(cfg: Settings, controller: Controller, login: Callable[..., Awaitable[Any]]) -> Elected:
+async def start(cfg: Settings, start_leading: Callable[[], Coroutine[Any, Any, None]],
+                login: Callable[..., Awaitable[Any]]) -> Elected:
     """The elector, on its own thread and loop with its own API session (its requests never wait
-    behind the controller's writes), as the fence of every write. `login` is kopf's (handlers._login);
-    `on_leading` (the re-list) runs on the calling loop, beside the controller."""
+    behind the controller's writes), as the fence of every write. `login` is kopf's (registration._login);
+    `start_leading` (the controller's: the re-list, then its loops) runs on the calling loop, beside the controller."""
     main = asyncio.get_running_loop()
     # The operator's loop also serves the webhook (whose load a tenant chooses: 200 costly reviews in flight delayed
     # the renewals there past the renew deadline, and the leader exited); here a renewal waits only for the GIL.
     thread = LoopThread("grpo-leader-election")
 
     async def on_leading() -> None:
-        await run_on(start_leading(controller), main)
+        await run_on(start_leading(), main)
 
     async def create() -> tuple[leader.Elector, asyncio.Task[None]]:
         import kopf

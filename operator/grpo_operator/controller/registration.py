@@ -1,4 +1,5 @@
-"""kopf's side of the operator: the login, the GRPOJob event handler that feeds the controller, and kopf's settings.
+"""kopf's side of the operator: build() (a kopf registry with the handlers, kopf's settings and the controller), the
+login, the GRPOJob event handler that feeds the controller, and kopf's settings.
 
 The handler only caches the job and kicks its reconciler (handlers.Controller); kopf keeps no state in the objects
 (no annotations, no finalizers, no diff base).
@@ -7,32 +8,17 @@ The handler only caches the job and kicks its reconciler (handlers.Controller); 
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Protocol
+from typing import Any
 
 import kopf
 
 from .. import api
-from . import ha, kube
+from . import ha, kube, webhookconfig
 from . import metrics as opmetrics
+from .handlers import Controller
 from .settings import Settings
 
 log = logging.getLogger("grpo_operator")
-
-
-class ControllerLike(Protocol):
-    """What the handlers use of handlers.Controller (which imports this module, so it is not imported here)."""
-
-    config: Settings
-    kube: Optional[kube.Kube]
-    gate: ha.Gate
-
-    def ensure_background(self) -> None: ...
-    async def close(self) -> None: ...
-    async def release_deleted_job(self, key: tuple[str, str], body: dict[str, Any]) -> None: ...
-    def forget(self, key: tuple[str, str]) -> None: ...
-    def observe_job(self, body: dict[str, Any]) -> tuple[str, str]: ...
-    def kick(self, key: tuple[str, str]) -> None: ...
-    def kick_changed(self, key: tuple[str, str]) -> None: ...
 
 
 async def _login(**kwargs: Any) -> Any:
@@ -46,7 +32,7 @@ async def _login(**kwargs: Any) -> Any:
     return info
 
 
-def register(registry: kopf.OperatorRegistry, controller: ControllerLike) -> None:
+def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
     """Register the controller's handlers (and the login) on a fresh registry."""
     cfg = controller.config
 
@@ -54,10 +40,11 @@ def register(registry: kopf.OperatorRegistry, controller: ControllerLike) -> Non
     async def login(**kwargs: Any) -> Any:
         info = await _login(**kwargs)
         if info is not None:
-            if controller.kube is not None:
-                await controller.kube.close()
+            writer = controller.writer
+            if writer.kube is not None:
+                await writer.kube.close()
             # a 401 later (a rotated token) logs in again with kopf's own arguments (it requires settings=)
-            controller.kube = kube.Kube(info, relogin=lambda: _login(**kwargs), limit=cfg.max_concurrent_writes)
+            writer.kube = kube.Kube(info, relogin=lambda: _login(**kwargs), limit=cfg.max_concurrent_writes)
         return info
 
     @kopf.on.cleanup(registry=registry)
@@ -68,7 +55,7 @@ def register(registry: kopf.OperatorRegistry, controller: ControllerLike) -> Non
         return
     @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
     async def job_event(event: Any, body: Any, **_: Any) -> None:
-        if not ha.admit_event(controller.gate, event, body):
+        if not ha.admit_event(controller.writer.gate, event, body):
             return
         controller.ensure_background()
         # The decoded event is kopf's and is never modified after the event (by kopf or by us): keep it as it is
@@ -80,7 +67,7 @@ def register(registry: kopf.OperatorRegistry, controller: ControllerLike) -> Non
             controller.forget(key)  # first: a reconcile queued meanwhile must not act on the deleted job's old body
             await controller.release_deleted_job(key, raw)
             return
-        controller.observe_job(raw)
+        controller.observers.observe_job(raw)
         controller.kick_changed(key)  # no pass for a version a pass already started from (our own write's)
 
 
@@ -97,6 +84,24 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
     def store(self, *, body: Any, patch: Any, essence: Any) -> None:
         return None
+
+
+def build(cfg: Settings) -> tuple[kopf.OperatorRegistry, kopf.OperatorSettings, Controller]:
+    """The operator: a kopf registry with the controller's handlers (and the webhook's), kopf's settings, and the
+    controller."""
+    registry = kopf.OperatorRegistry()
+    controller = Controller(cfg)
+    opmetrics.track_jobs(lambda: list(controller.observers.jobs.values()))
+    register(registry, controller)
+    settings = settings_for(cfg)
+    if cfg.webhook_listen:
+        from ..webhook import server as webhook
+
+        webhook.serve_directly(settings.admission.server, webhook.register(registry, opmetrics.count_review, cfg.limits))
+        if cfg.webhook_manage:  # our own writer of the configuration, not kopf's managed mode (webhookconfig.py)
+            settings.admission.server = webhookconfig.publishing(settings.admission.server,
+                                                                 lambda: controller.writer.kube, cfg)
+    return registry, settings, controller
 
 
 def settings_for(cfg: Settings) -> kopf.OperatorSettings:
@@ -118,6 +123,6 @@ def settings_for(cfg: Settings) -> kopf.OperatorSettings:
         addr, port = opmetrics.parse_listen(cfg.webhook_listen)
         settings.admission.server = webhook.server(addr, port, cfg.webhook_host, cfg.webhook_cert_dir,
                                                    cfg.webhook_service)
-        # --webhook-manage: our own writer of the configuration (webhookconfig.py, set up in handlers.build), not
+        # --webhook-manage: our own writer of the configuration (webhookconfig.py, set up in build), not
         # kopf's managed mode, which needs create on every webhook configuration and removes it on shutdown
     return settings

@@ -1,9 +1,9 @@
 """Pure lifecycle decisions: (job, observed pods, now) → status, actions, events.
 
-No kopf, no kubernetes client, no I/O. controller/handlers.py feeds this module what it observed (the job's body and
-compact summaries of its pods) and carries out the returned Decision. Every decision is *level-triggered*:
-it is recomputed from the current observation, so a lost status write, a duplicated event or an operator
-restart at any point converges to the same result.
+No kopf, no kubernetes client, no I/O. The controller feeds this module what it observed (controller/observers.py: the
+job's body and compact summaries of its pods) and carries out the returned Decision (controller/writer.py). Every
+decision is *level-triggered*: it is recomputed from the current observation, so a lost status write, a duplicated
+event or an operator restart at any point converges to the same result.
 
 State kept in the cluster (and only there):
   * status.restarts   — the current attempt number; pods carry it as the annotation grpo.dev/attempt.

@@ -1,8 +1,8 @@
 """Live training progress (pure): trainer metrics text → status.progress, the rank-0 pod, and when to write.
 
 The trainer's local rank 0 on every node serves Prometheus metrics (grpo_trainer/metrics.py); exactly one of them
-is global rank 0 (`grpo_trainer_global_rank0 1`) and carries the training gauges. handlers.py fetches the text
-(I/O) and calls these functions; nothing here does I/O or imports kopf/kubernetes. docs/observability.md.
+is global rank 0 (`grpo_trainer_global_rank0 1`) and carries the training gauges. controller/scraper.py fetches the
+text (I/O) and calls these functions; nothing here does I/O or imports kopf/kubernetes. docs/observability.md.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import kmock
 import pytest
 
 from grpo_operator import lifecycle
-from grpo_operator.controller import handlers, kube
+from grpo_operator.controller import handlers, kube, registration
 from grpo_operator.controller import metrics as opmetrics
 from grpo_operator.controller.settings import Settings
 from tests.support.jobs import manifest
@@ -75,7 +75,7 @@ class Harness:
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", str(k.url))))
         cfg = Settings(namespaces=[NS], resync_seconds=1.0, scanning=False,
                               policy=lifecycle.Policy(backoff_base=0.2, backoff_cap=1.0, expectation_ttl=3.0))
-        self.registry, self.settings, self.controller = handlers.build(cfg)
+        self.registry, self.settings, self.controller = registration.build(cfg)
         self.settings.scanning.disabled = True
         self.settings.watching.reconnect_backoff = 0.1
         from kopf.testing import KopfRunner
@@ -197,19 +197,19 @@ async def test_create_conflict_owned_by_us_is_success_and_foreign_is_a_conflict(
 
     info = kopf.ConnectionInfo(server=str(kmock.url).rstrip("/"), token="t")
     c = handlers.Controller(Settings(namespaces=[NS]))
-    c.kube = kube.Kube(info)
+    c.writer.kube = kube.Kube(info)
     try:
         ours = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p0", "namespace": NS,
                 "ownerReferences": [{"kind": "GRPOJob", "name": "j", "uid": "U", "controller": True}]}}
         theirs = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j-config", "namespace": NS,
                   "ownerReferences": [{"kind": "Deployment", "name": "x", "uid": "X", "controller": True}]}}
-        await c.kube.create(ours)
-        await c.kube.create(theirs)
-        assert await c.creates.create_one((NS, "j"), "U", ours) is True  # 409 AlreadyExists, owned by this job
-        assert await c.creates.create_one((NS, "j"), "U", theirs) is False  # owned by something else
-        pods = c.observed_pods((NS, "j"), "U")
+        await c.writer.kube.create(ours)
+        await c.writer.kube.create(theirs)
+        assert await c.writer.creates.create_one((NS, "j"), "U", ours) is True  # 409 AlreadyExists, owned by this job
+        assert await c.writer.creates.create_one((NS, "j"), "U", theirs) is False  # owned by something else
+        pods = c.observers.observed_pods((NS, "j"), "U")
         assert [p.name for p in pods] == ["configmap/j-config"] and pods[0].owner_kind == "Deployment"
         posts = [r for r in list(kmock) if meth(r) == "POST"]
         assert len(posts) == 4
     finally:
-        await c.kube.close()
+        await c.writer.kube.close()

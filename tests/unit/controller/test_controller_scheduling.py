@@ -61,12 +61,12 @@ async def test_passes_are_bounded_coalesced_and_forgotten(writes: int) -> None:
 def test_cache_drops_managed_fields_and_older_events() -> None:
     c = handlers.Controller(Settings(namespaces=["ns"]))
     body = job("a", rv=5)
-    key = c.observe_job(body)
-    cached = c.jobs[key]
+    key = c.observers.observe_job(body)
+    cached = c.observers.jobs[key]
     assert "managedFields" not in cached["metadata"] and cached["spec"] == {"model": "m"}
     assert "managedFields" in body["metadata"]  # the event's own object is left as it was
-    c.observe_job(job("a", rv=4))  # e.g. our own write's response arriving after a newer event
-    assert c.jobs[key]["metadata"]["resourceVersion"] == "5"
+    c.observers.observe_job(job("a", rv=4))  # e.g. our own write's response arriving after a newer event
+    assert c.observers.jobs[key]["metadata"]["resourceVersion"] == "5"
 
 
 def test_operator_process_does_not_import_the_kubernetes_client() -> None:

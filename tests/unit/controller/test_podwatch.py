@@ -9,7 +9,8 @@ from typing import Any, Optional
 
 import pytest
 
-from grpo_operator.controller import handlers, kube, podwatch
+from grpo_operator.controller import kube, podwatch
+from grpo_operator.controller.pod_entry import pod_entry
 
 
 def pod(name: str, job: Optional[str] = "j", ns: str = "ns", phase: str = "Pending", rv: int = 1) -> dict[str, Any]:
@@ -59,7 +60,7 @@ def make(client: Any, namespaces: Any = ("ns",)) -> tuple[podwatch.PodWatch, lis
     changed: list[Any] = []
     synced: list[int] = []
     w = podwatch.PodWatch(lambda: client, list(namespaces) if namespaces is not None else None, "grpo.dev/job-name",
-                          handlers.pod_entry, changed.append, lambda: synced.append(1))
+                          pod_entry, changed.append, lambda: synced.append(1))
     return w, changed, synced
 
 

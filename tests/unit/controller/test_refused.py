@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_operator.controller import kube, refused
-from grpo_operator.controller.ratelimit import RateLimiter
 
 
 class _Events:
@@ -18,11 +17,9 @@ class _Events:
         self.recorded.append((job, event))
 
 
-class _Controller:
-    def __init__(self) -> None:
-        self.failed_create_events = RateLimiter(refused.EVENT_WINDOW)
-        self.events = _Events()
-        self.refused_creates: dict[tuple[str, str], str] = {}
+def _refusals() -> tuple[refused.Refusals, _Events]:
+    events = _Events()
+    return refused.Refusals(events), events  # type: ignore[arg-type]
 
 
 POD = {"kind": "Pod", "metadata": {"name": "j-node-0"}}
@@ -30,35 +27,35 @@ JOB = {"metadata": {"name": "j", "namespace": "ns", "uid": "u"}}
 
 
 def test_a_refusal_is_one_warning_event_per_window() -> None:
-    c = _Controller()
+    c, events = _refusals()
     exc = kube.ApiError(422, "Invalid", "spec.volumes[0].name: Invalid value")
-    refused.report(c, ("ns", "j"), POD, exc, JOB)
-    refused.report(c, ("ns", "j"), POD, exc, JOB)  # the reconcile's retry, inside the window
-    assert len(c.events.recorded) == 1
-    event = c.events.recorded[0][1]
+    c.report(("ns", "j"), POD, exc, JOB)
+    c.report(("ns", "j"), POD, exc, JOB)  # the reconcile's retry, inside the window
+    assert len(events.recorded) == 1
+    event = events.recorded[0][1]
     assert event.type == "Warning" and event.reason == "FailedCreate"
     assert "422" in event.message and "j-node-0" in event.message and "Invalid value" in event.message
-    assert c.refused_creates == {("ns", "j"): event.message}  # what the next pass hands the lifecycle
+    assert c.records == {("ns", "j"): event.message}  # what the next pass hands the lifecycle
 
 
 def test_conflicts_and_throttling_are_not_refusals() -> None:
-    c = _Controller()
+    c, events = _refusals()
     for status in (409, 429, 401):
-        refused.report(c, ("ns", "j"), POD, kube.ApiError(status, "X", "y"), JOB)
-    assert c.events.recorded == [] and c.refused_creates == {}
+        c.report(("ns", "j"), POD, kube.ApiError(status, "X", "y"), JOB)
+    assert events.recorded == [] and c.records == {}
 
 
 def test_a_failing_admission_webhook_is_reported_like_a_refusal() -> None:
     """Finding (issue 27, Low): 5xx create refusals (a failing third-party webhook) got no Event or condition: the job
     looked Pending with nothing said."""
-    c = _Controller()
+    c, events = _refusals()
     message = ('Internal error occurred: failed calling webhook "policy.example.com": Post '
                '"https://policy.example.svc:443/validate": dial tcp 10.0.0.7:443: connect: connection refused')
-    refused.report(c, ("ns", "j"), POD, kube.ApiError(500, "InternalError", message), JOB)
-    assert len(c.events.recorded) == 1
-    event = c.events.recorded[0][1]
+    c.report(("ns", "j"), POD, kube.ApiError(500, "InternalError", message), JOB)
+    assert len(events.recorded) == 1
+    event = events.recorded[0][1]
     assert event.reason == "FailedCreate" and "500" in event.message and "failed calling webhook" in event.message
-    assert c.refused_creates == {("ns", "j"): event.message}
+    assert c.records == {("ns", "j"): event.message}
 
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from grpo_operator.controller import handlers
+from grpo_operator.controller.pod_entry import pod_entry
 from grpo_operator.controller.scraper import ProgressScraper
 from grpo_operator.lifecycle import progress as progress_mod
 from grpo_operator.render import initializer
@@ -45,7 +45,7 @@ def served():
 
 
 def test_the_download_pod_has_an_endpoint_of_its_own_role(served: int) -> None:
-    entry = handlers.pod_entry(stage_pod_doc(served))
+    entry = pod_entry(stage_pod_doc(served))
     assert entry is not None
     key, (info, ep) = entry
     assert key == ("ns", "job") and info.role == contract.ROLE_INITIALIZER
@@ -53,14 +53,14 @@ def test_the_download_pod_has_an_endpoint_of_its_own_role(served: int) -> None:
     assert ep.url == f"http://127.0.0.1:{served}{contract.STAGE_PROGRESS_PATH}"
     assert progress_mod.stage_endpoint([ep]) == ep
     assert progress_mod.endpoints_to_scrape([ep], 0, None) == []  # never read as a trainer's /metrics
-    _, (_, done) = handlers.pod_entry(stage_pod_doc(served, "Succeeded"))  # type: ignore[misc]
+    _, (_, done) = pod_entry(stage_pod_doc(served, "Succeeded"))  # type: ignore[misc]
     assert progress_mod.stage_endpoint([done]) is None
 
 
 @pytest.mark.asyncio
 async def test_a_pending_jobs_download_progress_is_scraped_and_kicks_once_per_change(served: int) -> None:
     jobs: dict[Any, dict[str, Any]] = {KEY: {"metadata": {"name": "job"}, "status": {"phase": "Pending"}}}
-    _, (_, ep) = handlers.pod_entry(stage_pod_doc(served))  # type: ignore[misc]
+    _, (_, ep) = pod_entry(stage_pod_doc(served))  # type: ignore[misc]
     endpoints = [ep]
     kicks: list[Any] = []
     scraper = ProgressScraper(2.0, jobs, lambda key: list(endpoints), kicks.append, lambda key, delay: None)

@@ -1,4 +1,4 @@
-"""What a pass writes, and in which order (controller/handlers.py): status writes are conditional on the
+"""What a pass writes, and in which order (controller/handlers.py, writer.py): status writes are conditional on the
 resourceVersion they were decided from (a 409 means the job changed meanwhile — a user's edit, another replica's
 write: nothing of that pass is sent, the current version is read and the job decided again); a job's first creates
 go before the status that records its start."""
@@ -70,8 +70,8 @@ async def suspend_pass(conflict: bool) -> tuple[handlers.Controller, Kube, list[
     current = job_body("j", nodes=2, suspend=False, status=RUNNING)  # the user took the suspend back meanwhile
     current["metadata"]["resourceVersion"] = "8"
     k = Kube(current, conflict)
-    c.kube, c.pods = k, Pods([pod_body("j", 0), pod_body("j", 1)])  # type: ignore[assignment]
-    c.observe_job(stale)
+    c.writer.kube, c.observers.pods = k, Pods([pod_body("j", 0), pod_body("j", 1)])  # type: ignore[assignment]
+    c.observers.observe_job(stale)
     passes: list[Any] = []
 
     async def record(key: Any) -> None:  # the pass kicked again: recorded, not run
@@ -79,7 +79,7 @@ async def suspend_pass(conflict: bool) -> tuple[handlers.Controller, Kube, list[
 
     c.queue.work = record
     await c.reconcile(("ns", "j"))
-    await c.events.close(flush_seconds=30)  # every Event recorded is sent
+    await c.writer.events.close(flush_seconds=30)  # every Event recorded is sent
     await asyncio.gather(*c.queue.tasks.values())  # the passes kicked meanwhile have run
     return c, k, passes
 
@@ -99,7 +99,7 @@ async def test_a_conflict_sends_nothing_of_the_pass_and_decides_again_from_the_c
     c, k, passes = await suspend_pass(conflict=True)
     assert [rv for _, rv in k.status_writes] == ["7"]
     assert k.sent == ["GET"]  # no pod deleted, no Event: the decision was not recorded
-    assert c.jobs[("ns", "j")]["metadata"]["resourceVersion"] == "8"
+    assert c.observers.jobs[("ns", "j")]["metadata"]["resourceVersion"] == "8"
     assert passes == [("ns", "j")]  # decided again
 
 
@@ -111,12 +111,12 @@ async def test_a_refused_first_create_writes_no_status_claiming_the_start() -> N
     c = handlers.Controller(Settings(namespaces=["ns"]))
     k = Kube(job_body("j", nodes=2), conflict=False)
     k.refuse_pods = True
-    c.kube, c.pods = k, Pods([])  # type: ignore[assignment]
-    c.observe_job(job_body("j", nodes=2))
+    c.writer.kube, c.observers.pods = k, Pods([])  # type: ignore[assignment]
+    c.observers.observe_job(job_body("j", nodes=2))
     with pytest.raises(kube.ApiError):
         await c.reconcile(("ns", "j"))  # the work queue retries it with backoff
     assert "POST Pod" in k.sent and k.status_writes == []
-    assert "failed calling webhook" in c.refused_creates[("ns", "j")]
+    assert "failed calling webhook" in c.writer.refusals.records[("ns", "j")]
     k.refuse_pods = False
     await c.reconcile(("ns", "j"))  # the retry knows the refusal: CreateFailed, still no claim of a start
     patch = k.status_writes[0][0]
@@ -132,8 +132,8 @@ async def test_a_first_create_refused_before_sending_writes_no_status_claiming_t
     monkeypatch.setattr(render_job, "oversized", lambda objs: "ConfigMap j-config is over 1 MiB: shorten the spec")
     c = handlers.Controller(Settings(namespaces=["ns"]))
     k = Kube(job_body("j", nodes=2), conflict=False)
-    c.kube, c.pods = k, Pods([])  # type: ignore[assignment]
-    c.observe_job(job_body("j", nodes=2))
+    c.writer.kube, c.observers.pods = k, Pods([])  # type: ignore[assignment]
+    c.observers.observe_job(job_body("j", nodes=2))
     passes: list[Any] = []
 
     async def record(key: Any) -> None:
@@ -159,8 +159,8 @@ async def test_each_completed_pass_is_counted_per_job_until_the_job_is_forgotten
     c = handlers.Controller(Settings(namespaces=["ns"]))
     k = Kube(job_body("counted", nodes=2), conflict=False)
     pods = Pods([])
-    c.kube, c.pods = k, pods  # type: ignore[assignment]
-    c.observe_job(job_body("counted", nodes=2))
+    c.writer.kube, c.observers.pods = k, pods  # type: ignore[assignment]
+    c.observers.observe_job(job_body("counted", nodes=2))
     pods.synced = False
     await c.reconcile(("ns", "counted"))
     assert passes("counted") is None and not k.sent
@@ -188,8 +188,8 @@ async def test_the_watch_event_of_a_version_a_pass_started_from_kicks_no_pass() 
     written = job_body("j", nodes=2)
     written["metadata"]["resourceVersion"] = "8"  # the response of this pass's status write
     k = Kube(written, conflict=False)
-    c.kube, c.pods = k, Pods([pod_body("j", 0), pod_body("j", 1)])  # type: ignore[assignment]
-    key = c.observe_job(first)
+    c.writer.kube, c.observers.pods = k, Pods([pod_body("j", 0), pod_body("j", 1)])  # type: ignore[assignment]
+    key = c.observers.observe_job(first)
     kicked: list[Any] = []
 
     def kick(key: Any) -> None:
@@ -199,15 +199,15 @@ async def test_the_watch_event_of_a_version_a_pass_started_from_kicks_no_pass() 
     c.kick_changed(key)
     assert kicked == [key]  # a version no pass started from
     await c.reconcile(key)  # decides from 7, writes the status, caches the response: 8
-    assert k.status_writes and c.jobs[key]["metadata"]["resourceVersion"] == "8"
+    assert k.status_writes and c.observers.jobs[key]["metadata"]["resourceVersion"] == "8"
     c.kick_changed(key)  # the write's own event, before any pass on 8: a pass
     assert kicked == [key, key]
     await c.reconcile(key)  # the pass on 8 (the pods' kick in the operator)
-    c.observe_job(written)
+    c.observers.observe_job(written)
     c.kick_changed(key)  # 8's event after it: nothing new to decide from
     assert kicked == [key, key]
     edited = job_body("j", nodes=2)
     edited["metadata"]["resourceVersion"] = "9"
-    c.observe_job(edited)
+    c.observers.observe_job(edited)
     c.kick_changed(key)
     assert kicked == [key, key, key]
