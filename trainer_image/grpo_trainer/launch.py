@@ -263,11 +263,25 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     os._exit(SIGNAL_BASE + signum)  # nothing to save yet; a raise could be caught inside torch's rendezvous
 
 
+def start_forkserver_early(argv: list[str]) -> bool:
+    """For a `-m grpo_trainer` job, start the forkserver before this process imports torch: its imports (PRELOAD) then
+    overlap the launcher's own imports, the wait for the c10d store and the rendezvous, instead of following them."""
+    if not any(argv[i:i + 2] == ["-m", "grpo_trainer"] for i in range(len(argv) - 1)):
+        return False
+    from multiprocessing import forkserver
+
+    forkserver.set_forkserver_preload(PRELOAD)
+    forkserver.ensure_running()
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    argv = sys.argv[1:] if argv is None else argv
+    start_forkserver_early(argv)
     from torch.distributed.run import parse_args
 
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
     if args.rdzv_backend == "c10d" and args.rdzv_endpoint:
         wait_for_store(args.rdzv_endpoint, _join_timeout(args.rdzv_conf))
     install_agent_hooks()
