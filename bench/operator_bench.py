@@ -282,8 +282,8 @@ def main() -> None:
     p.add_argument("--profile", help="run the operator under cProfile, stats to this path ({n}: the N, {ns}: the "
                    "namespace)")
     p.add_argument("--trees", type=Path, nargs="*", default=[],
-                   help="other checkouts (or `git archive` extracts) whose operator/ also runs, side by side, after "
-                        "this one's on the same N (before/after comparisons in one run)")
+                   help="other checkouts (or `git archive` extracts of operator/ and trainer_image/) whose operator "
+                        "also runs, side by side, after this one's on the same N (before/after comparisons in one run)")
     p.add_argument("--rounds", type=int, default=1, help="repeat the whole sequence (the trees alternate order)")
     p.add_argument("--settle", type=float, default=20, help="seconds after the run to measure RSS again")
     asyncio.run(main_async(p.parse_args()))
