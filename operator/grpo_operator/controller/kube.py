@@ -141,11 +141,15 @@ class Kube:
         return aiohttp.ClientSession(connector=conn, headers=info.as_http_headers(),
                                      trace_configs=[_fence_trace()] if traced else None, **options)
 
+    def _session_for(self, fence: bool) -> aiohttp.ClientSession:
+        """The session for a request; for a write that must pass the fence, one that checks it at send."""
+        if fence and _fence is not None and not self._traced and self._session is not None and not self._session.closed:
+            self._untraced.append(self._session)  # a fence set after this session was made
+            self._session = None
+        return self.session
+
     @property
     def session(self) -> aiohttp.ClientSession:
-        if self._session is not None and not self._session.closed and _fence is not None and not self._traced:
-            self._untraced.append(self._session)  # a fence set after this session was made: writes need the hooks
-            self._session = None
         if self._session is None or self._session.closed:
             self._traced = _fence is not None
             self._session = self._make_session(self._limit, self._traced, timeout=self._timeout)
@@ -197,7 +201,7 @@ class Kube:
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         for attempt in (0, 1):
             try:
-                async with self.session.request(method, url, data=data, trace_request_ctx=FENCED if fence else None,
+                async with self._session_for(fence).request(method, url, data=data, trace_request_ctx=FENCED if fence else None,
                                                 headers={"Content-Type": content_type, "Accept": "application/json"}) as resp:
                     raw = await resp.read()
                     status, http_reason = resp.status, resp.reason

@@ -134,6 +134,8 @@ async def test_a_fence_set_after_the_session_was_made_still_fences_at_send(serve
         assert await k.request("PATCH", "/fast", body={}) == {}  # no fence yet: an untraced session
         assert not k.session.trace_configs
         kube_mod.set_fence(f)
+        assert await k.request("GET", "/fast") == {}  # reads (and the elector's own writes) keep the session they have
+        assert not k.session.trace_configs
         first = asyncio.create_task(k.request("PATCH", "/slow", body={}))
         while "/slow" not in seen:
             await asyncio.sleep(0.01)
@@ -144,7 +146,8 @@ async def test_a_fence_set_after_the_session_was_made_still_fences_at_send(serve
         await first
         with pytest.raises(leader.Fenced):
             await queued
-        assert seen == ["/fast", "/slow"]
+        assert seen == ["/fast", "/fast", "/slow"]
+        assert k.session.trace_configs
     finally:
         kube_mod.set_fence(None)
         await k.close()
