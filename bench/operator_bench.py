@@ -220,8 +220,8 @@ async def run_operator(cp: ControlPlane, c: Client, args: argparse.Namespace, n:
     log = open(f"/tmp/grpo-operator-bench-{ns}.log", "w")
     prof = ["-c", PROFILED.format(path=args.profile.format(n=n, ns=ns))] if args.profile else ["-m"]
     env = {**cp.env, "GRPO_RESYNC_SECONDS": "300"}
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree / "operator")
+    if tree is not None:  # its grpo_trainer too (the operator imports its contract), not the one installed
+        env["PYTHONPATH"] = f"{tree / 'operator'}:{tree / 'trainer_image'}"
     health, metrics = f"http://127.0.0.1:{free_port()}/healthz", f"127.0.0.1:{free_port()}"
     op = subprocess.Popen([sys.executable, *prof, "grpo_operator.cli.grpo_operator", "--namespace", ns,
                            "--log-level", "WARNING", "--liveness", health, "--metrics-listen", metrics], env=env,
@@ -282,8 +282,8 @@ def main() -> None:
     p.add_argument("--profile", help="run the operator under cProfile, stats to this path ({n}: the N, {ns}: the "
                    "namespace)")
     p.add_argument("--trees", type=Path, nargs="*", default=[],
-                   help="other checkouts (or `git archive` extracts) whose operator/ also runs, side by side, after "
-                        "this one's on the same N (before/after comparisons in one run)")
+                   help="other checkouts (or `git archive` extracts of operator/ and trainer_image/) whose operator "
+                        "also runs, side by side, after this one's on the same N (before/after comparisons in one run)")
     p.add_argument("--rounds", type=int, default=1, help="repeat the whole sequence (the trees alternate order)")
     p.add_argument("--settle", type=float, default=20, help="seconds after the run to measure RSS again")
     asyncio.run(main_async(p.parse_args()))

@@ -121,3 +121,33 @@ async def test_the_retry_after_a_401_relogin_is_fenced(server: Any, fence: Fence
         assert seen == ["/expired"]
     finally:
         await k.close()
+
+
+@pytest.mark.asyncio
+async def test_a_fence_set_after_the_session_was_made_still_fences_at_send(server: Any) -> None:
+    """Without a fence the session runs no trace hooks (their cost on every request); once a fence is set, writes go
+    through a session that checks it at send — the pool wait included."""
+    url, seen, release = server
+    k = kube_mod.Kube(Info(url), limit=1)
+    f = Fence()
+    try:
+        assert await k.request("PATCH", "/fast", body={}) == {}  # no fence yet: an untraced session
+        assert not k.session.trace_configs
+        kube_mod.set_fence(f)
+        assert await k.request("GET", "/fast") == {}  # reads (and the elector's own writes) keep the session they have
+        assert not k.session.trace_configs
+        first = asyncio.create_task(k.request("PATCH", "/slow", body={}))
+        while "/slow" not in seen:
+            await asyncio.sleep(0.01)
+        queued = asyncio.create_task(k.request("PATCH", "/fast", body={}))  # passes the early check, then waits
+        await asyncio.sleep(0.05)
+        f.lost = True
+        release.set()
+        await first
+        with pytest.raises(leader.Fenced):
+            await queued
+        assert seen == ["/fast", "/fast", "/slow"]
+        assert k.session.trace_configs
+    finally:
+        kube_mod.set_fence(None)
+        await k.close()
