@@ -108,6 +108,10 @@ class User:
     def helm(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
         return self.run([str(TOOLS / self.helm_bin), *args], **kw)
 
+    def job_status(self, name: str, namespace: str) -> dict[str, Any]:
+        """A GRPOJob's status as kubectl shows it ({} while it has none, or once the job is gone)."""
+        return (self.json("get", "grpojob", name, "-n", namespace) or {}).get("status") or {}
+
     def json(self, *args: str) -> Any:
         cp = self.kubectl(*args, "-o", "json", quiet=True, check=False)
         return json.loads(cp.stdout) if cp.returncode == 0 else None

@@ -262,12 +262,7 @@ class NodeCluster:
             pid = self.container_host_pid(namespace, pod, container)
             os.kill(pid, signal.SIGKILL)
             return f"host pid {pid}"
-        script = ("import os,signal\n"
-                  "for p in os.listdir('/proc'):\n"
-                  "    if p.isdigit() and int(p) not in (1, os.getpid()):\n"
-                  "        try: os.kill(int(p), signal.SIGKILL)\n"
-                  "        except OSError: pass\n")
-        self.kubectl("exec", "-n", namespace, pod, "-c", container, "--", "python", "-c", script, check=False)
+        self._kill_inside(namespace, pod, container, "int(p) not in (1, os.getpid())")
         return "in-container SIGKILL"
 
     def kill_worker_processes(self, namespace: str, pod: str, container: str) -> str:
@@ -280,14 +275,18 @@ class NodeCluster:
             for pid in workers:
                 os.kill(pid, signal.SIGKILL)
             return f"host pids {sorted(workers)} (ranks {sorted(workers.values())}), under {agent}"
+        self._kill_inside(namespace, pod, container, "open(f'/proc/{p}/comm').read().startswith('grpo-rank-')")
+        return "in-container SIGKILL of the workers"
+
+    def _kill_inside(self, namespace: str, pod: str, container: str, which: str) -> None:
+        """SIGKILL, from a `python -c` inside the container, every process `p` (a /proc entry) for which the Python
+        expression `which` holds."""
         script = ("import os,signal\n"
                   "for p in os.listdir('/proc'):\n"
                   "    try:\n"
-                  "        if p.isdigit() and open(f'/proc/{p}/comm').read().startswith('grpo-rank-'): "
-                  "os.kill(int(p), signal.SIGKILL)\n"
+                  f"        if p.isdigit() and {which}: os.kill(int(p), signal.SIGKILL)\n"
                   "    except OSError: pass\n")
         self.kubectl("exec", "-n", namespace, pod, "-c", container, "--", "python", "-c", script, check=False)
-        return "in-container SIGKILL of the workers"
 
 
 def children_with_rank(parent: int) -> dict[int, str]:

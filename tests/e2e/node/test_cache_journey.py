@@ -86,10 +86,6 @@ def cached_job(name: str, hub: HubEmulator, *, max_steps: int, save_steps: int) 
     return job
 
 
-def status(user: User, name: str) -> dict[str, Any]:
-    return (user.json("get", "grpojob", name, "-n", NS) or {}).get("status") or {}
-
-
 def condition(st: dict[str, Any], ctype: str) -> dict[str, Any]:
     return next((c for c in st.get("conditions") or [] if c["type"] == ctype), {})
 
@@ -123,7 +119,7 @@ def phase_end(hub: HubEmulator, phase: str, tr: Transcript) -> int:
 
 
 def no_failure(user: User, name: str) -> dict[str, Any]:
-    st = status(user, name)
+    st = user.job_status(name, NS)
     if st.get("phase") == "Failed" or st.get("restarts", 0) > 1:
         raise AssertionError(f"{name}: {json.dumps(st)[:3000]}")
     return st
@@ -197,7 +193,7 @@ def test_cache_download_once_train_kill_resume_offline_and_reuse(release: User, 
     assert resumed["step"] - 1 >= SAVE_STEPS and (resumed["step"] - 1) % SAVE_STEPS == 0, (resumed, killed_at)
     [again] = pods(user, "cached", "initializer")  # the same finished download pod, no second one
     assert again["metadata"]["uid"] == stage_uid and again["status"]["phase"] == "Succeeded"
-    st = status(user, "cached")
+    st = user.job_status("cached", NS)
     assert st["restarts"] == 1 and condition(st, "Staged")["status"] == "True", st
     user.kubectl("get", "grpojobs", "-n", NS, "-o", "wide")
     assert phase_end(hub, "gang restart and resume", tr) == 0

@@ -61,10 +61,6 @@ def logs(user: User, pod: str) -> str:
     return user.kubectl("logs", "-n", NS, pod, "-c", "trainer", quiet=True, check=False).stdout
 
 
-def job_status(user: User, name: str) -> dict[str, Any]:
-    return (user.json("get", "grpojob", name, "-n", NS) or {}).get("status") or {}
-
-
 # -------------------------------------------------------------------------------------------------- the journey
 def test_journey_train_kill_resume_succeed_delete(release: User) -> None:
     user, tr = release, release.transcript
@@ -147,7 +143,7 @@ def test_journey_train_kill_resume_succeed_delete(release: User) -> None:
     tr.write(f"checkpoints on the PV at the kill: {at_kill}")
 
     def resumed() -> tuple[str, dict[str, Any]] | None:
-        s = job_status(user, "tiny")
+        s = user.job_status("tiny", NS)
         if s.get("restarts", 0) > 1 or s.get("phase") == "Failed":  # the new gang failed too: a defect, say why
             raise AssertionError(f"attempt 1 did not train: {json.dumps(s)[:3000]}")
         for p in pods_of(user, "tiny", 1):
@@ -160,7 +156,7 @@ def test_journey_train_kill_resume_succeed_delete(release: User) -> None:
     TIMINGS["kill_to_resumed_step_s"] = first_resumed["timestamp"] - t_kill_wall
     tr.note(f"resumed: first step {first_resumed['step']} in {new_rank0} "
             f"{TIMINGS['kill_to_resumed_step_s']:.1f} s after the kill")
-    st = job_status(user, "tiny")
+    st = user.job_status("tiny", NS)
     assert st.get("restarts", 0) >= 1, st
     # resumed from a checkpoint on the PVC (not from step 1): the latest one attempt 0 left, or the one before it
     # when the kill hit while the latest was being written (the trainer skips an incomplete checkpoint)
@@ -172,7 +168,7 @@ def test_journey_train_kill_resume_succeed_delete(release: User) -> None:
     user.kubectl("describe", "grpojob", "tiny", "-n", NS)
 
     def finished() -> dict[str, Any] | None:
-        s = job_status(user, "tiny")
+        s = user.job_status("tiny", NS)
         if s.get("phase") == "Failed":
             raise AssertionError(f"the job failed: {json.dumps(s)[:3000]}\n{logs(user, new_rank0)[-3000:]}")
         return s if s.get("phase") == "Succeeded" else None
@@ -224,7 +220,7 @@ def restart_in_place(user: User, pods: list[dict[str, Any]], rank0_pod: str, oth
     tr.write(f"killed: {user.node.kill_worker_processes(NS, other, 'trainer')}")
 
     def resumed() -> tuple[str, dict[str, Any]] | None:
-        s = job_status(user, "tiny")
+        s = user.job_status("tiny", NS)
         if s.get("restarts", 0) or s.get("phase") == "Failed":
             raise AssertionError(f"not restarted in place: {json.dumps(s)[:3000]}")
         # the new workers' first step: after the kill, and back at or below a step this pod logged before (rank 0's
@@ -242,7 +238,7 @@ def restart_in_place(user: User, pods: list[dict[str, Any]], rank0_pod: str, oth
     tr.note(f"restarted in place: first step {first['step']} in {new_rank0} "
             f"{TIMINGS['in_place_kill_to_resumed_step_s']:.1f} s after the kill")
     assert (first["step"] - 1) % SAVE_STEPS == 0 and first["step"] - 1 >= SAVE_STEPS, (first, killed_at)
-    st = wait_for(lambda: (lambda s: s if s.get("inPlaceRestarts") else None)(job_status(user, "tiny")), 120, 0.5,
+    st = wait_for(lambda: (lambda s: s if s.get("inPlaceRestarts") else None)(user.job_status("tiny", NS)), 120, 0.5,
                   what="status.inPlaceRestarts")
     assert st["inPlaceRestarts"] == 1 and not st.get("restarts"), st
     now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods_of(user, "tiny", 0)}
@@ -262,7 +258,7 @@ def test_a_missing_image_gets_the_kubelets_reason(release: User) -> None:
     user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(job))
 
     def condition() -> dict[str, Any] | None:
-        for c in job_status(user, "no-image").get("conditions") or []:
+        for c in user.job_status("no-image", NS).get("conditions") or []:
             if c["type"] == "Running" and c["status"] == "False" and c["reason"] in (
                     "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"):
                 return c
@@ -348,7 +344,7 @@ def test_server_mode_the_vllm_server_is_ready_before_the_trainers(release: User)
             if trainers:  # one list: the server must be Ready in it
                 assert len(servers) == 1 and ready_at(servers[0]), f"trainers before a Ready server: {items}"
                 return items
-            s = job_status(user, name)
+            s = user.job_status(name, NS)
             for p in servers:  # follow the server's log from its start: a failed server is deleted within seconds
                 if p["status"].get("phase") in ("Running", "Succeeded", "Failed") and p["metadata"]["name"] not in followers:
                     followers[p["metadata"]["name"]] = subprocess.Popen(
@@ -386,7 +382,7 @@ def test_server_mode_the_vllm_server_is_ready_before_the_trainers(release: User)
                 f"({server['metadata']['uid']}) created {server['metadata']['creationTimestamp']}, Ready {ready}")
 
         def failed() -> dict[str, Any] | None:
-            s = job_status(user, name)
+            s = user.job_status(name, NS)
             return s if s.get("phase") == "Failed" else None
 
         final = wait_for(failed, 300, 1.0, what="the documented permanent failure of server mode on CPU")
@@ -443,7 +439,7 @@ def test_colocate_mode_generates_with_vllm_inside_the_pods(release: User) -> Non
     user.kubectl("apply", "-n", NS, "-f", str(manifest))
 
     def ended() -> dict[str, Any] | None:
-        s = job_status(user, name)
+        s = user.job_status(name, NS)
         return s if s.get("phase") in ("Succeeded", "Failed") else None
 
     final = wait_for(ended, 900, 2.0, what="the colocate job to end")
@@ -505,7 +501,7 @@ def test_upgrade_keeps_the_webhook_and_uninstall_strands_nothing(release: User) 
     survivor["spec"]["nodes"] = 1  # within today's limit (a 2-node job that never started is refused)
     survivor["spec"]["training"]["perDeviceTrainBatchSize"] = 4
     user.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(survivor))
-    wait_for(lambda: job_status(user, "survivor").get("phase") == "Suspended", 60, 0.5, what="survivor Suspended")
+    wait_for(lambda: user.job_status("survivor", NS).get("phase") == "Suspended", 60, 0.5, what="survivor Suspended")
     user.helm("uninstall", RELEASE, "-n", OP_NAMESPACE, "--wait", "--timeout", "3m", timeout=300)
     for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
         assert user.json("get", kind, vwc) is None, f"{kind} {vwc} left behind by helm uninstall"
@@ -552,7 +548,7 @@ def keeps_training(user: User, name: str, uids: dict[str, str]) -> None:
     tr = user.transcript
 
     def spec_invalid() -> dict[str, Any] | None:
-        s = job_status(user, name)
+        s = user.job_status(name, NS)
         return next((c for c in s.get("conditions") or [] if c["type"] == "SpecInvalid" and c["status"] == "True"),
                     None)
 
@@ -561,7 +557,7 @@ def keeps_training(user: User, name: str, uids: dict[str, str]) -> None:
     rank0 = next((n for n in uids if progress_records(logs(user, n))), None)
     assert rank0 is not None
     step_then = progress_records(logs(user, rank0))[-1]["step"]
-    st = job_status(user, name)
+    st = user.job_status(name, NS)
     tr.note(f"{name}: SpecInvalid=True at step {step_then}, phase {st.get('phase')}: {c['message']}")
     assert st.get("phase") == "Running" and step_then < LONG_STEPS, (st.get("phase"), step_then)
     events = (user.json("get", "events", "-n", NS, "--field-selector",
@@ -570,7 +566,7 @@ def keeps_training(user: User, name: str, uids: dict[str, str]) -> None:
     user.kubectl("get", "events", "-n", NS, "--field-selector", f"involvedObject.name={name},reason=SpecInvalid")
 
     def finished() -> dict[str, Any] | None:
-        s = job_status(user, name)
+        s = user.job_status(name, NS)
         if s.get("phase") in ("Failed", "Rejected"):
             raise AssertionError(f"{name} did not keep training: {json.dumps(s)[:3000]}")
         return s if s.get("phase") == "Succeeded" else None

@@ -61,10 +61,6 @@ def stall_release(user: User) -> Iterator[User]:
     yield user
 
 
-def status(user: User, name: str) -> dict[str, Any]:
-    return (user.json("get", "grpojob", name, "-n", NS) or {}).get("status") or {}
-
-
 def test_a_reward_that_never_returns_is_stalled_dumped_restarted_and_resumed(stall_release: User) -> None:
     user, tr, node = stall_release, stall_release.transcript, stall_release.node
     model_configmaps(user, NS)
@@ -85,7 +81,7 @@ def test_a_reward_that_never_returns_is_stalled_dumped_restarted_and_resumed(sta
     user.kubectl("apply", "-n", NS, "-f", str(manifest))
 
     def stalled() -> dict[str, Any] | None:
-        s = status(user, "hang")
+        s = user.job_status("hang", NS)
         if s.get("phase") in ("Failed", "Succeeded"):
             raise AssertionError(f"finished without a stall: {json.dumps(s)[:3000]}")
         cond = next((c for c in s.get("conditions", []) if c["type"] == "Stalled"), None)
@@ -102,7 +98,7 @@ def test_a_reward_that_never_returns_is_stalled_dumped_restarted_and_resumed(sta
             and "score_then_hang_in_attempt_0" in events[0]["message"], events
 
         def finished() -> dict[str, Any] | None:
-            s = status(user, "hang")
+            s = user.job_status("hang", NS)
             if s.get("phase") == "Failed":
                 raise AssertionError(f"the job failed: {json.dumps(s)[:3000]}")
             return s if s.get("phase") == "Succeeded" else None
