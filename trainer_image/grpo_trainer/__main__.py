@@ -25,7 +25,18 @@ def _default_threads() -> None:
     os.environ["OMP_NUM_THREADS"] = str(max(1, cpus // local))
 
 
-def main(argv: list[str] | None = None, *, end=None) -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run the job; after training, end the process (teardown.finish) with its code."""
+    return _main(argv, exit_process=True)
+
+
+def run_worker(argv: list[str]) -> int:
+    """main() for a worker that torchrun started as a function (grpo_trainer/launch.py): the same run and teardown,
+    without the final os._exit, which would hide from the agent that the worker finished."""
+    return _main(argv, exit_process=False)
+
+
+def _main(argv: list[str] | None, exit_process: bool) -> int:
     parser = argparse.ArgumentParser(prog="python -m grpo_trainer", description=__doc__)
     parser.add_argument("--config", required=True, help="the trainer config JSON (docs/trainer-config.md)")
     ns = parser.parse_args(argv)
@@ -55,16 +66,8 @@ def main(argv: list[str] | None = None, *, end=None) -> int:
         return _fail(TrainerError(INTERNAL, f"unexpected {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
     from .teardown import finish
 
-    (end or finish)(trainer, code)  # finish() never returns
+    finish(trainer, code, exit_process=exit_process)  # with exit_process, never returns
     return code
-
-
-def run_worker(argv: list[str]) -> int:
-    """main() for a worker that torchrun started as a function (grpo_trainer/launch.py): the same run and teardown,
-    without the final os._exit, which would hide from the agent that the worker finished."""
-    from .teardown import finish
-
-    return main(argv, end=lambda trainer, code: finish(trainer, code, exit_process=False))
 
 
 def _fail(err) -> int:
