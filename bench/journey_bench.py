@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,18 @@ def _ts(text: str) -> float:
     return calendar.timegm(time.strptime(date, "%Y-%m-%dT%H:%M:%S")) + float("0." + (frac or "0"))
 
 
+def _timed_log(user: User, pod: str, t0: float) -> Iterator[tuple[float, str]]:
+    """The trainer container's log lines, each with its seconds after t0 (kubectl logs --timestamps)."""
+    lines = user.kubectl("logs", "-n", NS, pod, "-c", "trainer", "--timestamps", quiet=True, check=False).stdout
+    for line in lines.splitlines():
+        stamp, _, text = line.partition(" ")
+        try:
+            at = _ts(stamp) - t0
+        except ValueError:
+            continue
+        yield at, text
+
+
 def phases(user: User, name: str, t0: float, attempt: int = 0) -> dict[str, dict[str, float]]:
     """Per pod of `attempt`, seconds after t0 (the apply, or the kill that recreated it): created, container started,
     the launcher's wait for the c10d store (when it had to), the workers' first output (after the rendezvous), the
@@ -103,13 +115,7 @@ def phases(user: User, name: str, t0: float, attempt: int = 0) -> dict[str, dict
         started = (state.get("running") or state.get("terminated") or {}).get("startedAt")
         if started:
             row["container_started"] = _ts(started) - t0
-        lines = user.kubectl("logs", "-n", NS, pod, "-c", "trainer", "--timestamps", quiet=True, check=False).stdout
-        for line in lines.splitlines():
-            stamp, _, text = line.partition(" ")
-            try:
-                at = _ts(stamp) - t0
-            except ValueError:
-                continue
+        for at, text in _timed_log(user, pod, t0):
             if "grpo_trainer.launch: waiting for the rendezvous store" in text:
                 row.setdefault("store_wait_began", at)
             elif "grpo_trainer.launch: rendezvous store" in text:
@@ -135,13 +141,7 @@ def in_place_phases(user: User, name: str, t_kill: float) -> dict[str, dict[str,
     for p in got.get("items", []):
         pod = p["metadata"]["name"]
         row: dict[str, float] = {}
-        lines = user.kubectl("logs", "-n", NS, pod, "-c", "trainer", "--timestamps", quiet=True, check=False).stdout
-        for line in lines.splitlines():
-            stamp, _, text = line.partition(" ")
-            try:
-                at = _ts(stamp) - t_kill
-            except ValueError:
-                continue
+        for at, text in _timed_log(user, pod, t_kill):
             if text.startswith("grpo_trainer.launch: in-place restart 1:"):
                 row["agent_restarts_workers"] = at
             elif text.startswith(STARTUP) and "agent_restarts_workers" in row:
