@@ -1,6 +1,6 @@
 """High availability (`--leader-elect`): only the Lease holder runs the controller; every replica serves the webhook.
 
-A standby drops kopf's GRPOJob events (it caches nothing and starts none of the pod watch, resync, scraper or work
+A standby drops its GRPOJob watch's events (it caches nothing and starts none of the pod watch, resync, scraper or work
 queue: `Controller.ensure_background` is reached only through an admitted event or `Controller.start_leading`; the
 gate is the writer's, writer.py). On acquiring the Lease, the new leader re-lists every GRPOJob in its scope before
 acting (relist), so it never acts on a cache older than its lease; the pod watch lists the pods before any reconcile
@@ -35,7 +35,8 @@ class Gate:
 
 
 def admit_event(gate: Gate, event: Any, body: dict[str, Any]) -> bool:
-    """The hook at the top of kopf's GRPOJob event handler: False on a standby (drop the event)."""
+    """The hook at the top of the GRPOJob event handler (handlers.Controller.job_event): False on a standby (drop the
+    event)."""
     if not gate.active:
         return False
     if gate.relisting and event.get("type") == "DELETED":

@@ -22,6 +22,7 @@ from typing import Any
 from .. import lifecycle
 from . import ha
 from . import metrics as opmetrics
+from .jobwatch import JobWatch
 from .observers import Observers
 from .settings import Settings
 from .workqueue import Key, WorkQueue
@@ -39,11 +40,33 @@ class Controller:
                                config.resync_seconds, lambda: self.observers.jobs)
         self.observers = Observers(config, lambda: self.writer.kube, self.kick, self.kick_later, self.kick_all)
         self.writer = Writer(config, self.observers, self.kick, self.kick_later, self.forget)
+        self.job_watch = JobWatch(lambda: self.writer.kube, None if config.all_namespaces else config.namespaces,
+                                  self.job_event)
+        self._releases: set[asyncio.Task[None]] = set()  # deleted jobs' pods being released
 
     def __copy__(self) -> Controller:
         # kopf shallow-copies the operator's memo for every object it watches (3000 copies at 1000 jobs); the
         # controller is shared state by design, so every object gets the one instance.
         return self
+
+    # ------------------------------------------------------------------ jobs
+    def job_event(self, kind: str, raw: dict[str, Any]) -> None:
+        """A GRPOJob watch event (jobwatch.py; kopf's with --peering): cache the job and kick its reconciler, or forget
+        a deleted one and release its pods. A standby drops it (ha.admit_event). `raw` is never modified afterwards
+        (by the watch or by us): it is kept as it is, not deep-copied."""
+        if not ha.admit_event(self.writer.gate, {"type": kind}, raw):
+            return
+        self.ensure_background()
+        meta = raw.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if kind == "DELETED":
+            self.forget(key)  # first: a reconcile queued meanwhile must not act on the deleted job's old body
+            task = asyncio.get_running_loop().create_task(self.release_deleted_job(key, raw), name=f"release {key}")
+            self._releases.add(task)
+            task.add_done_callback(self._releases.discard)
+            return
+        self.observers.observe_job(raw)
+        self.kick_changed(key)  # no pass for a version a pass already started from (our own write's)
 
     # ------------------------------------------------------------------ scheduling
     def kick(self, key: Key) -> None:
@@ -76,6 +99,9 @@ class Controller:
     async def close(self) -> None:
         """Stop everything this controller started and close its connections (kopf's cleanup calls it)."""
         self.queue.close()
+        await self.job_watch.close()
+        for task in list(self._releases):
+            task.cancel()
         await self.observers.close()
         await self.writer.close()
 

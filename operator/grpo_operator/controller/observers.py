@@ -2,8 +2,8 @@
 are writer.py's; handlers.py composes both around lifecycle.decide().
 
 How jobs and pods are followed (and why):
-  * GRPOJobs through kopf (registration.py): the event handler caches the job here (observe_job) and kicks its
-    reconciler; kopf keeps no state in the objects (no annotations, no finalizers: zero extra writes per job).
+  * GRPOJobs through our own list + watch (jobwatch.py): Controller.job_event caches the job here (observe_job) and
+    kicks its reconciler; nothing is kept in the objects (no annotations, no finalizers: zero extra writes per job).
   * pods labelled grpo.dev/job-name through our own list + watch (podwatch.py), keyed by (namespace, job name),
     holding compact lifecycle.PodInfo summaries; a change kicks the job's reconciler. kopf's per-event machinery for
     pods cost CPU for nothing we need (measured: docs/performance.md, "operator"). No pass runs before every watched

@@ -1,7 +1,9 @@
 """kopf's side of the operator: build() (a kopf registry with the handlers, kopf's settings and the controller), the
-login, the GRPOJob event handler that feeds the controller, and kopf's settings.
+login, the start of the GRPOJob watch that feeds the controller, and kopf's settings.
 
-The handler only caches the job and kicks its reconciler (handlers.Controller); kopf keeps no state in the objects
+GRPOJobs are followed by our own list + watch (jobwatch.py), started by kopf's startup handler; only with
+`--peering` (kopf's HA, which pauses kopf's own watches) does kopf watch them. Either way each event goes to
+handlers.Controller.job_event, which caches the job and kicks its reconciler; kopf keeps no state in the objects
 (no annotations, no finalizers, no diff base).
 """
 
@@ -13,7 +15,7 @@ from typing import Any
 import kopf
 
 from .. import api
-from . import ha, kube, webhookconfig
+from . import kube, webhookconfig
 from . import metrics as opmetrics
 from .handlers import Controller
 from .settings import Settings
@@ -53,22 +55,16 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
 
     if not cfg.controller:
         return
+    if cfg.peering is None:
+        @kopf.on.startup(registry=registry)
+        async def follow_jobs(**_: Any) -> None:
+            controller.job_watch.start()  # our own list + watch of GRPOJobs (jobwatch.py), on standbys too
+        return
+
+    # --peering pauses only kopf's own watches: there kopf's watch of GRPOJobs feeds the same entry point
     @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
     async def job_event(event: Any, body: Any, **_: Any) -> None:
-        if not ha.admit_event(controller.writer.gate, event, body):
-            return
-        controller.ensure_background()
-        # The decoded event is kopf's and is never modified after the event (by kopf or by us): keep it as it is
-        # (observe_job drops managedFields) instead of deep-copying ~1000 objects per burst.
-        raw = dict(body)
-        meta = raw.get("metadata") or {}
-        key = (meta.get("namespace", ""), meta.get("name", ""))
-        if event.get("type") == "DELETED":
-            controller.forget(key)  # first: a reconcile queued meanwhile must not act on the deleted job's old body
-            await controller.release_deleted_job(key, raw)
-            return
-        controller.observers.observe_job(raw)
-        controller.kick_changed(key)  # no pass for a version a pass already started from (our own write's)
+        controller.job_event(event.get("type") or "MODIFIED", dict(body))
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
