@@ -2,8 +2,11 @@
 
 Like client-go's event broadcaster: a reconcile only *records* an Event (a bounded queue); a few writers post
 them. Events are best effort and must never compete with the writes that make a job progress (pods, status):
-with 1000 jobs created at once, posting them inline cost ~20 % of the time to converge. When the queue is full
-the new Event is dropped and counted (grpo_operator_events_dropped_total), as client-go does.
+with 1000 jobs created at once, posting them inline cost ~20 % of the time to converge. So a writer also holds
+its Event back while every write slot is taken (`busy`: a burst), for at most MAX_DEFER_SECONDS after it was
+recorded: in a burst of 1000 new jobs the API server's time goes to the pods and statuses first (an Event is a
+write like them: a seventh of the burst's writes). When the queue is full the new Event is dropped and counted
+(grpo_operator_events_dropped_total), as client-go does.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from . import metrics as opmetrics
 log = logging.getLogger("grpo_operator")
 
 Post = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+MAX_DEFER_SECONDS = 30.0  # the longest an Event waits for a burst of writes to end
+DEFER_POLL_SECONDS = 0.1
 
 
 def event_object(job: dict[str, Any], ev: lifecycle.JobEvent, now: str) -> dict[str, Any]:
@@ -40,29 +46,37 @@ def event_object(job: dict[str, Any], ev: lifecycle.JobEvent, now: str) -> dict[
 
 
 class EventRecorder:
-    def __init__(self, post: Post, writers: int = 4, capacity: int = 4096):
+    def __init__(self, post: Post, writers: int = 4, capacity: int = 4096, busy: Callable[[], bool] = lambda: False,
+                 max_defer: float = MAX_DEFER_SECONDS):
         self._post = post
         self._writers = writers
-        self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(maxsize=capacity)
+        self._busy, self._max_defer = busy, max_defer
+        self._closing = False
+        # (namespace, Event, the loop's time it was recorded)
+        self._queue: asyncio.Queue[tuple[str, dict[str, Any], float]] = asyncio.Queue(maxsize=capacity)
         self._tasks: list[asyncio.Task[None]] = []
 
     def record(self, job: dict[str, Any], ev: lifecycle.JobEvent) -> None:
         meta = job.get("metadata") or {}
         log.info("%s/%s: %s %s: %s", meta.get("namespace"), meta.get("name"), ev.type, ev.reason, ev.message)
         obj = event_object(job, ev, lifecycle.fmt_time(lifecycle.now_utc()))
+        loop = asyncio.get_running_loop()
         try:
-            self._queue.put_nowait((meta.get("namespace") or "default", obj))
+            self._queue.put_nowait((meta.get("namespace") or "default", obj, loop.time()))
         except asyncio.QueueFull:
             opmetrics.EVENTS_DROPPED.inc()
             return
         if not self._tasks:
-            loop = asyncio.get_running_loop()
+            self._closing = False
             self._tasks = [loop.create_task(self._writer(), name=f"events {i}") for i in range(self._writers)]
 
     async def _writer(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            ns, obj = await self._queue.get()
+            ns, obj, recorded = await self._queue.get()
             try:
+                while not self._closing and self._busy() and loop.time() - recorded < self._max_defer:
+                    await asyncio.sleep(DEFER_POLL_SECONDS)
                 await self._post(ns, obj)
             except asyncio.CancelledError:
                 raise
@@ -72,7 +86,8 @@ class EventRecorder:
                 self._queue.task_done()
 
     async def close(self, flush_seconds: Optional[float] = 2.0) -> None:
-        """Post what is queued (bounded by `flush_seconds`), then stop the writers."""
+        """Post what is queued (bounded by `flush_seconds`, held back no longer), then stop the writers."""
+        self._closing = True
         if self._tasks and flush_seconds:
             try:
                 await asyncio.wait_for(self._queue.join(), flush_seconds)

@@ -71,7 +71,8 @@ class Writer:
         self._sem = asyncio.Semaphore(config.max_concurrent_writes)  # API writes in flight
         self.stats = {"reconciles": 0, "status_writes": 0, "creates": 0, "deletes": 0}
         self.gate = ha.Gate(config.leader_elect)  # --leader-elect: a standby acts on nothing (ha.py)
-        self.events = events.EventRecorder(self._send_event)
+        # Events wait while every write slot is taken (a burst): pods and statuses first (events.py)
+        self.events = events.EventRecorder(self._send_event, busy=self._sem.locked)
         self.refusals = Refusals(self.events)  # refused creates: FailedCreate Events, the CreateFailed record
         self.deletes = RateLimiter(DELETE_RESEND_SECONDS)
         self.force_deletes = RateLimiter(FORCE_DELETE_RESEND_SECONDS)

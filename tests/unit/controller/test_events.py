@@ -84,3 +84,45 @@ async def test_close_gives_up_after_flush_seconds() -> None:
     t0 = loop.time()
     await rec.close(flush_seconds=0.2)
     assert loop.time() - t0 < 2
+
+
+@pytest.mark.asyncio
+async def test_an_event_waits_while_every_write_slot_is_taken_then_goes() -> None:
+    posted: list[str] = []
+    polled = asyncio.Event()
+    polls = 0
+    busy = True
+
+    def is_busy() -> bool:
+        nonlocal polls
+        polls += 1
+        if polls >= 3:
+            polled.set()
+        return busy
+
+    async def post(ns: str, obj: dict[str, Any]) -> None:
+        posted.append(obj["reason"])
+
+    rec = events.EventRecorder(post, writers=1, busy=is_busy)
+    rec.record(JOB, ev(1))
+    await asyncio.wait_for(polled.wait(), 30)  # the writer looked three times and found the writes busy
+    assert posted == []
+    busy = False
+    await rec.close(flush_seconds=30)
+    assert posted == ["Pending"]
+
+
+@pytest.mark.asyncio
+async def test_an_event_is_held_back_at_most_max_defer() -> None:
+    posted = asyncio.Event()
+
+    async def post(ns: str, obj: dict[str, Any]) -> None:
+        posted.set()
+
+    rec = events.EventRecorder(post, writers=1, busy=lambda: True, max_defer=0.3)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    rec.record(JOB, ev(1))
+    await asyncio.wait_for(posted.wait(), 30)  # posted although the writes never stop
+    assert loop.time() - t0 >= 0.3
+    await rec.close(flush_seconds=5)
