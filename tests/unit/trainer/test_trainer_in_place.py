@@ -20,6 +20,10 @@ WORKER = textwrap.dedent('''
     (out / f"rank{rank}-gen{gen}").touch()
     failing = gen == 0 or mode == "always"
     if rank == 1 and failing:
+        # rank 0 has started this generation (else the agent may stop it first, and its generation goes unrecorded)
+        deadline = time.monotonic() + 120
+        while not (out / f"rank0-gen{gen}").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
         if mode == "permanent":
             sys.exit(11)  # DatasetError: rerunning fails the same way
         os.kill(os.getpid(), signal.SIGKILL)
