@@ -45,7 +45,7 @@ class Controller:
         self._releases: set[asyncio.Task[None]] = set()  # deleted jobs' pods being released
 
     def __copy__(self) -> Controller:
-        # kopf shallow-copies the operator's memo for every object it watches (3000 copies at 1000 jobs); the
+        # kopf shallow-copies the operator's memo for every object it watches (with --peering: the jobs); the
         # controller is shared state by design, so every object gets the one instance.
         return self
 

@@ -68,8 +68,8 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
-    """kopf deep-copies every object on every event to diff it for on.create/on.update handlers. We register
-    none (event handlers + indices only), so the diff is never read: skipping it saves CPU (measured:
+    """kopf deep-copies every object on every event it watches (with --peering: the jobs) to diff it for
+    on.create/on.update handlers. We register none, so the diff is never read: skipping it saves CPU (measured:
     docs/performance.md, "operator"). Nothing is stored on the objects either."""
 
     def build(self, *, body: Any, extra_fields: Any = None) -> Any:
@@ -105,9 +105,9 @@ def settings_for(cfg: Settings) -> kopf.OperatorSettings:
     settings.persistence.diffbase_storage = NoDiffBase()
     settings.scanning.disabled = not cfg.scanning
     settings.posting.level = logging.WARNING
-    # kopf keeps a worker (task, queue, latest body) per object for idle_timeout after its last event (default 5 s):
-    # in a burst of 1000 jobs that is thousands of live workers, a peak the process never gives back. Our event
-    # handlers only kick the reconciler, so a worker has nothing to wait for.
+    # With --peering (kopf watches the jobs): kopf keeps a worker (task, queue, latest body) per object for
+    # idle_timeout after its last event (default 5 s): in a burst of 1000 jobs that is thousands of live workers, a
+    # peak the process never gives back. Our event handler only kicks the reconciler: a worker has nothing to wait for.
     settings.queueing.idle_timeout = 0.5
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
