@@ -1,6 +1,7 @@
 """Follows the GRPOJobs in the operator's scopes by list + watch (listwatch.py) and hands each event to the
 controller as (type, body): ADDED/MODIFIED with the object, DELETED with the last body seen — also for a job that a
-re-list (after 410 Gone or an outage) no longer has, deleted while the watch was down.
+re-list (after 410 Gone or an outage) no longer has, or has under a new uid: deleted (and created again) while the
+watch was down.
 
 Why not kopf's watch: kopf runs a worker task, a cause, a patch, a logger and handler arguments for every event of
 every object — a sixth of the operator's CPU in a burst of 1000 jobs (py-spy; docs/performance.md) for a handler
@@ -46,7 +47,10 @@ class JobWatch(ListWatch):
             obj = {**obj, "metadata": meta}
         name = (meta.get("namespace", ""), meta.get("name", ""))
         old = self._known.get(name)
-        if old is not None and (old[1].get("metadata") or {}).get("resourceVersion") == meta.get("resourceVersion"):
+        if old is not None and (old[1].get("metadata") or {}).get("uid") != meta.get("uid"):
+            self._remove(old[1])  # deleted and created again while the watch was down: the old job is gone first
+            old = None
+        elif old is not None and (old[1].get("metadata") or {}).get("resourceVersion") == meta.get("resourceVersion"):
             return  # a re-list's copy of what the watch already delivered
         self._known[name] = (scope, obj)
         self._on_event("MODIFIED" if old is not None else "ADDED", obj)

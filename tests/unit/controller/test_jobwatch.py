@@ -76,6 +76,17 @@ async def test_a_relist_reports_changes_only_and_a_vanished_job_as_deleted_with_
 
 
 @pytest.mark.asyncio
+async def test_a_relist_that_finds_a_job_under_a_new_uid_reports_the_old_one_deleted_first() -> None:
+    w, got = make(FakeClient([[job("a")]]))
+    path = f"{BASE}/namespaces/ns/grpojobs"
+    await w._list(path)
+    got.clear()
+    w._client = lambda: FakeClient([[job("a", rv=9, uid="u-new")]])  # type: ignore[assignment,return-value]
+    await w._list(path)
+    assert [(k, b["metadata"]["uid"]) for k, b in got] == [("DELETED", "u-a"), ("ADDED", "u-new")]
+
+
+@pytest.mark.asyncio
 async def test_watch_events_pass_through_in_scope_and_410_means_list_again() -> None:
     events = [{"type": "ADDED", "object": {"kind": "GRPOJob", **job("a", ns="team-a", rv=101)}},
               {"type": "ADDED", "object": {"kind": "GRPOJob", **job("z", ns="other", rv=102)}},  # not ours
