@@ -50,7 +50,8 @@ def job_body(name: str, *, namespace: str = "ns", uid: str = "uid-1", generation
 def pod_body(job: str, rank: int, phase: str = "Running", *, attempt: int = 0, uid: str = "uid-1",
              owner_kind: str = "GRPOJob", exit_code: Optional[int] = None, signal: Optional[int] = None,
              container_reason: Optional[str] = None, pod_reason: Optional[str] = None, deleting: bool = False,
-             unschedulable: Optional[str] = None, waiting: Optional[str] = None, vllm: bool = False) -> dict[str, Any]:
+             unschedulable: Optional[str] = None, waiting: Optional[str] = None, vllm: bool = False,
+             finished_at: Optional[str] = None) -> dict[str, Any]:
     n = manifests.names(job)
     name = n.vllm_pod(0) if vllm else n.pod(rank)
     labels = {manifests.LABEL_JOB: n.base, manifests.LABEL_ROLE: "vllm-server" if vllm else "trainer"}
@@ -74,6 +75,8 @@ def pod_body(job: str, rank: int, phase: str = "Running", *, attempt: int = 0, u
             term["signal"] = signal
         if container_reason:
             term["reason"] = container_reason
+        if finished_at:
+            term["finishedAt"] = finished_at
         status["containerStatuses"] = [{"name": cname, "state": {"terminated": term}}]
     elif waiting:
         status["containerStatuses"] = [{"name": cname, "state": {"waiting": {"reason": waiting, "message": "back-off"}}}]

@@ -62,6 +62,7 @@ class PodInfo:
     synthetic: bool = False  # created by us a moment ago, not yet seen in the watch
     ready: bool = False  # the Ready condition (a vLLM server's /health readiness probe passes)
     start_time: Optional[_dt.datetime] = None  # status.startTime: the kubelet accepted the pod
+    finished_at: Optional[_dt.datetime] = None  # the main container's terminated finishedAt (the kubelet's clock)
     ip: Optional[str] = None  # status.podIP (a kept vLLM server's engine probe dials it)
     gang: GangFacts = GangFacts()  # what the gang scheduler wrote on the pod (lifecycle/gangs)
 
@@ -98,7 +99,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
         if refs:
             owner_uid, owner_kind = refs[0].get("uid"), refs[0].get("kind")
     rank_label = labels.get(contract.LABEL_RANK)
-    exit_code = sig = None
+    exit_code = sig = finished = None
     reason = status.get("reason")
     message = status.get("message")
     creason = None
@@ -113,6 +114,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
             exit_code = term.get("exitCode")
             sig = term.get("signal") or None
             creason = term.get("reason")
+            finished = term.get("finishedAt")
             if term.get("message") and not message:
                 message = term.get("message")
         wait = state.get("waiting")
@@ -139,6 +141,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
         waiting=waiting,
         ready=ready,
         start_time=parse_time(status.get("startTime")),
+        finished_at=parse_time(finished) if isinstance(finished, str) else None,
         ip=status.get("podIP") or None,
         gang=gang_facts(body),
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as _dt
 
+from grpo_trainer.contract import DISTRIBUTED
+
 from ..api.status import ConditionType, Phase, Reason
 from . import gangs, inplace
 from .conditions import parse_time
@@ -52,6 +54,10 @@ def current_failures(draft: Draft) -> list[Failure]:
     return failures
 
 
+# How long a gang whose only failures are lost-peer exits waits for the other trainers' own exit codes.
+PEER_EXIT_GRACE_SECONDS = 30.0
+
+
 def restart_or_fail(draft: Draft) -> bool:
     """A permanent failure fails the job; a retryable one restarts the whole gang after a backoff, up to
     runPolicy.backoffLimit restarts. An eviction by the gang scheduler restarts it without charging the job."""
@@ -61,7 +67,29 @@ def restart_or_fail(draft: Draft) -> bool:
     failures = current_failures(draft)
     if not failures:
         return False
+    wait = peer_exit_pending(draft, failures)
+    if wait is not None:
+        draft.decision.requeue(wait)
+        return True  # nothing decided yet: the status stays as it is
     return restart_for(draft, failures)
+
+
+def peer_exit_pending(draft: Draft, failures: list[Failure]) -> float | None:
+    """Seconds to wait before deciding, or None to decide now. A trainer that exits with the lost-peer code (200) is
+    usually the echo of another rank's failure: that rank's own code, maybe a permanent one (a config error), reaches
+    the API server a moment later, under load after it. While every failure is such an echo and another trainer of
+    the attempt still runs, the decision waits up to PEER_EXIT_GRACE_SECONDS after the first echo (the kubelet's
+    finishedAt; a clock more than the grace ahead of ours is not waited for), so that a permanent error is not
+    restarted once before it fails the job."""
+    current = [p for p in draft.pods.current if p.role == ROLE_TRAINER and p.live]
+    echoes = [p for p in current if p.phase == PodPhase.FAILED and p.exit_code == DISTRIBUTED and not p.signal]
+    if len(echoes) != len(failures) or not any(p.phase == PodPhase.RUNNING for p in current):
+        return None
+    stamps = [p.finished_at for p in echoes if p.finished_at is not None]
+    if len(stamps) != len(echoes):
+        return None
+    left = PEER_EXIT_GRACE_SECONDS - (draft.now - min(stamps)).total_seconds()
+    return left if 0 < left <= 2 * PEER_EXIT_GRACE_SECONDS else None
 
 
 def restart_for(draft: Draft, failures: list[Failure]) -> bool:
