@@ -108,7 +108,12 @@ def test_post_stacks_dumps_every_live_process_and_names_the_blocked_function(tmp
             procs.append(p)
             assert p.stdout is not None and p.stdout.readline().strip() == "blocked"
         procs[1].send_signal(19)  # SIGSTOP: runs no handler; its file stays empty
-        wait_until(lambda: len(phases.read_beats(str(beats))) == 2, 30, what="both beat records")
+
+        def published() -> bool:  # rank 0's clock publishes every 0.1 s: under load its record may still say
+            by_rank = {r["rank"]: r.get("phase") for r in phases.read_beats(str(beats))}  # loading at "blocked"
+            return by_rank.keys() == {0, 1} and by_rank[0] == "rewards"
+
+        wait_until(published, 30, what="both beat records, rank 0's in rewards")
         m = TrainerMetrics(global_rank0=True)
         m.watch_ranks(str(beats))
         port = free_port()
