@@ -99,27 +99,11 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
         if refs:
             owner_uid, owner_kind = refs[0].get("uid"), refs[0].get("kind")
     rank_label = labels.get(contract.LABEL_RANK)
-    exit_code = sig = finished = None
     reason = status.get("reason")
-    message = status.get("message")
-    creason = None
-    waiting = None
-    statuses = list(status.get("containerStatuses") or [])
-    mains = (manifests.TRAINER_CONTAINER, manifests.VLLM_CONTAINER)
-    main = next((c for c in statuses if c.get("name") in mains), statuses[0] if statuses else None)
-    if main:
-        state = main.get("state") or {}
-        term = state.get("terminated")
-        if term:
-            exit_code = term.get("exitCode")
-            sig = term.get("signal") or None
-            creason = term.get("reason")
-            finished = term.get("finishedAt")
-            if term.get("message") and not message:
-                message = term.get("message")
-        wait = state.get("waiting")
-        if wait and wait.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
-            waiting = f"{wait.get('reason')}: {wait.get('message') or ''}".rstrip(": ")
+    term, waiting = _main_container(status)
+    exit_code, sig, finished = term.get("exitCode"), term.get("signal") or None, term.get("finishedAt")
+    creason = term.get("reason")
+    message = status.get("message") or term.get("message")
     unsched, ready = _conditions(status)
     return PodInfo(
         name=meta.get("name", ""),
@@ -145,6 +129,20 @@ def summarize_pod(body: Mapping[str, Any]) -> PodInfo:
         ip=status.get("podIP") or None,
         gang=gang_facts(body),
     )
+
+
+def _main_container(status: Mapping[str, Any]) -> tuple[Mapping[str, Any], Optional[str]]:
+    """The main container's (trainer or vLLM server) terminated state ({} if none) and a waiting reason worth
+    surfacing (ImagePullBackOff…)."""
+    statuses = list(status.get("containerStatuses") or [])
+    mains = (manifests.TRAINER_CONTAINER, manifests.VLLM_CONTAINER)
+    main = next((c for c in statuses if c.get("name") in mains), statuses[0] if statuses else None)
+    state = (main or {}).get("state") or {}
+    wait = state.get("waiting")
+    waiting = None
+    if wait and wait.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+        waiting = f"{wait.get('reason')}: {wait.get('message') or ''}".rstrip(": ")
+    return state.get("terminated") or {}, waiting
 
 
 def _conditions(status: Mapping[str, Any]) -> tuple[Optional[str], bool]:
