@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Optional
+from typing import Any
 
-from .. import api
 from ..webhook.loopthread import LoopThread, run_on
 from . import kube as kube_mod
 from . import leader
+from .jobwatch import as_job, job_scopes
+from .listwatch import list_pages
 from .settings import Settings
 
 log = logging.getLogger("grpo_operator.ha")
@@ -44,24 +45,13 @@ def admit_event(gate: Gate, event: Any, body: dict[str, Any]) -> bool:
     return True
 
 
-def list_paths(cfg: Settings) -> list[str]:
-    base = f"/apis/{api.GROUP}/{api.VERSION}"
-    if cfg.all_namespaces:
-        return [f"{base}/{api.PLURAL}"]
-    return [f"{base}/namespaces/{ns}/{api.PLURAL}" for ns in cfg.namespaces]
-
-
-async def list_jobs(kube: kube_mod.Kube, paths: list[str]) -> list[dict[str, Any]]:
+async def list_jobs(kube: kube_mod.Kube, cfg: Settings) -> list[dict[str, Any]]:
+    """Every GRPOJob in the operator's scopes: the job watch's paths, its namespace filter for globs."""
+    paths, wanted = job_scopes(None if cfg.all_namespaces else cfg.namespaces)
     out: list[dict[str, Any]] = []
     for path in paths:
-        token: Optional[str] = None
-        while True:
-            params = {"limit": "500", **({"continue": token} if token else {})}
-            page = await kube.request("GET", path, params=params)
-            out.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                break
+        items, _ = await list_pages(kube, path, {})
+        out += [i for i in items if wanted is None or wanted((i.get("metadata") or {}).get("namespace", ""))]
     return out
 
 
@@ -70,11 +60,10 @@ async def relist(gate: Gate, kube: kube_mod.Kube, cfg: Settings) -> list[dict[st
     less those deleted while the list was in flight; the items carry their kind (a list's items have none)."""
     gate.active, gate.relisting = True, True
     try:
-        items = await list_jobs(kube, list_paths(cfg))
+        items = await list_jobs(kube, cfg)
     finally:
         gate.relisting = False
-    kept = [{"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": api.KIND, **item} for item in items
-            if (item.get("metadata") or {}).get("uid") not in gate.deleted_meanwhile]
+    kept = [as_job(item) for item in items if (item.get("metadata") or {}).get("uid") not in gate.deleted_meanwhile]
     gate.deleted_meanwhile.clear()
     log.info("leader: re-listed %d jobs; starting the controller", len(items))
     return kept

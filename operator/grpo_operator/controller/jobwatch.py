@@ -18,9 +18,26 @@ from .. import api
 from . import kube
 from .listwatch import LIST_PAGE, ListWatch, Name, scopes_for
 
-__all__ = ["LIST_PAGE", "JobWatch", "OnEvent", "job_scopes"]
+__all__ = ["LIST_PAGE", "JobWatch", "OnEvent", "as_job", "job_scopes", "without_managed_fields"]
 
 OnEvent = Callable[[str, dict[str, Any]], None]  # (ADDED | MODIFIED | DELETED, the job's body)
+
+
+def without_managed_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The job without metadata.managedFields (the server's field-ownership bookkeeping: often half the body, never
+    read here); the same dict when it has none."""
+    meta = body.get("metadata") or {}
+    if "managedFields" not in meta:
+        return body
+    return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
+def as_job(item: dict[str, Any]) -> dict[str, Any]:
+    """A listed or watched GRPOJob as the controller keeps it: with its kind (a list's items carry none; the watch's
+    objects and the validator's documents do), without managedFields."""
+    if "kind" not in item:
+        item = {"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": api.KIND, **item}
+    return without_managed_fields(item)
 
 
 def job_scopes(namespaces: Optional[Iterable[str]]) -> tuple[list[str], Optional[Callable[[str], bool]]]:
@@ -39,12 +56,8 @@ class JobWatch(ListWatch):
         self._known: dict[Name, tuple[str, dict[str, Any]]] = {}
 
     def _upsert(self, obj: dict[str, Any], scope: str) -> None:
-        if "kind" not in obj:  # a list's items carry no kind; the watch's objects and the validator's documents do
-            obj = {"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": api.KIND, **obj}
+        obj = as_job(obj)
         meta = obj.get("metadata") or {}
-        if "managedFields" in meta:  # the server's field-ownership bookkeeping: often half the body, never read
-            meta = {k: v for k, v in meta.items() if k != "managedFields"}
-            obj = {**obj, "metadata": meta}
         name = (meta.get("namespace", ""), meta.get("name", ""))
         old = self._known.get(name)
         if old is not None and (old[1].get("metadata") or {}).get("uid") != meta.get("uid"):

@@ -45,6 +45,19 @@ def scopes_for(namespaces: Optional[Iterable[str]], everywhere: str,
     return [everywhere], lambda ns: any(match_namespace(ns, p) for p in names)
 
 
+async def list_pages(client: kube.Kube, path: str, params: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """Every item of a list, page by page (`params` plus limit and continue), and the list's resourceVersion."""
+    items: list[dict[str, Any]] = []
+    params = {**params, "limit": LIST_PAGE}
+    while True:
+        page = await client.request("GET", path, params=params)
+        items.extend(page.get("items") or [])
+        meta = page.get("metadata") or {}
+        if not meta.get("continue"):
+            return items, str(meta.get("resourceVersion") or "")
+        params = {**params, "continue": meta["continue"]}
+
+
 class ListWatch:
     """Follows `paths` (from scopes_for); subclasses keep the objects (`_upsert`, `_remove`, `_vanished`)."""
 
@@ -118,15 +131,7 @@ class ListWatch:
         return {"labelSelector": self._label} if self._label else {}
 
     async def _list(self, path: str) -> str:
-        items: list[dict[str, Any]] = []
-        params: dict[str, Any] = {**self._selector(), "limit": LIST_PAGE}
-        while True:
-            page = await self._k().request("GET", path, params=params)
-            items.extend(page.get("items") or [])
-            meta = page.get("metadata") or {}
-            if not meta.get("continue"):
-                break
-            params = {**params, "continue": meta["continue"]}
+        items, rv = await list_pages(self._k(), path, self._selector())
         seen: set[Name] = set()
         for obj in items:
             m = obj.get("metadata") or {}
@@ -139,7 +144,7 @@ class ListWatch:
             if not self._unlisted and not self.synced:
                 self.synced = True
                 self._on_synced()
-        return str(meta.get("resourceVersion") or "")
+        return rv
 
     async def _watch(self, path: str, rv: str) -> str:
         params = {"watch": "true", **self._selector(), "resourceVersion": rv,

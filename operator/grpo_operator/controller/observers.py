@@ -34,6 +34,7 @@ from ..rules import validation
 from . import kube, podwatch
 from .engine_probe import EngineProbes
 from .expectations import Expectations
+from .jobwatch import without_managed_fields
 from .pod_entry import pod_entry
 from .scraper import ProgressScraper
 from .settings import Settings
@@ -117,10 +118,8 @@ class Observers:
 
     # ------------------------------------------------------------------ jobs
     def observe_job(self, body: dict[str, Any]) -> Key:
+        body = without_managed_fields(body)  # a status write's response carries them too
         meta = body.get("metadata") or {}
-        if "managedFields" in meta:  # the server's field-ownership bookkeeping: often half the body, never read here
-            meta = {k: v for k, v in meta.items() if k != "managedFields"}
-            body = {**body, "metadata": meta}
         key = (meta.get("namespace", ""), meta.get("name", ""))
         old = self.jobs.get(key)
         if old is not None and (old.get("metadata") or {}).get("uid") == meta.get("uid"):
